@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Bootstrap and run fedmf on a fresh machine (only Python 3.11 + pip needed).
+
+  python3 dev.py demo    install the locked environment and run the main job
+  python3 dev.py test    install the locked environment and run the whole test suite
+  python3 dev.py test -m slow   extra arguments go to pytest
+
+It installs a pinned `uv` into .tools/ (unless `uv` is already on PATH), syncs the locked
+environment from uv.lock into .venv/, and runs inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+UV_VERSION = "0.13.9"
+TOOLS = ROOT / ".tools"
+
+
+def _run(cmd: list[str]) -> None:
+  print("+ " + " ".join(cmd), flush=True)
+  subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+def _uv() -> str:
+  found = shutil.which("uv")
+  if found:
+    return found
+  uv = TOOLS / "bin" / "uv"
+  if not uv.exists():
+    _run([sys.executable, "-m", "venv", str(TOOLS)])
+    _run([str(TOOLS / "bin" / "python"), "-m", "pip", "install", "--quiet", f"uv=={UV_VERSION}"])
+  return str(uv)
+
+
+def _sync(uv: str) -> None:
+  _run([uv, "sync", "--locked", "--python", "3.11"])
+
+
+def _run_in_env(uv: str, cmd: list[str]) -> int:
+  print("+ " + " ".join(cmd), flush=True)
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env.pop("VIRTUAL_ENV", None)
+  return subprocess.run([uv, "run", "--locked", "--no-sync", *cmd], cwd=ROOT, env=env).returncode
+
+
+def main(argv: list[str]) -> int:
+  if not argv or argv[0] not in ("demo", "test"):
+    print(__doc__)
+    return 2
+  uv = _uv()
+  _sync(uv)
+  if argv[0] == "test":
+    code = _run_in_env(uv, ["python", "-m", "pytest", *argv[1:]])
+    return code
+  return _run_in_env(uv, ["bash", "simulations/demo.sh", *argv[1:]])
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,5 @@
+"""User-facing error types shared by every layer (no dependencies)."""
+
+
+class FedmfUserError(ValueError):
+  """A problem with the user's input: a file, a value or a flag. Its message is one line that names it."""
