@@ -5,14 +5,13 @@
   python3 dev.py test    install the locked environment and run the whole test suite
   python3 dev.py test -m slow   extra arguments go to pytest
 
-It installs a pinned `uv` into .tools/ (unless `uv` is already on PATH), syncs the locked
+It installs a pinned `uv` into .tools/, syncs the locked
 environment from uv.lock into .venv/, and runs inside it.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +27,7 @@ def _run(cmd: list[str]) -> None:
 
 
 def _uv() -> str:
-  found = shutil.which("uv")
-  if found:
-    return found
+  # Always the pinned uv, so every machine resolves and installs the same way.
   uv = TOOLS / "bin" / "uv"
   if not uv.exists():
     _run([sys.executable, "-m", "venv", str(TOOLS)])
