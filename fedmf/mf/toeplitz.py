@@ -1,0 +1,284 @@
+"""Lower-triangular Toeplitz strategies and the banded-Toeplitz optimizer.
+
+One concept: a strategy C = LtToep(coefs) (notation of docs/architecture.md:
+`coefs[0]` is the diagonal, A is the prefix-sum workload, B = A C⁻¹ the
+decoder, `min_sep` = b, `max_participations` = k). For Toeplitz C the inverse
+and the decoder are Toeplitz too, so every loss for the prefix-sum workload
+costs O(n · len(coefs)) instead of O(n²):
+
+  ĉ = coefficients of C⁻¹,  b_i = Σ_{j≤i} ĉ_j  (B = LtToep(b)),
+  MaxError = sqrt(Σ_i b_i²),  RmsError = sqrt(Σ_i (n-i) b_i² / n).
+
+(001 Prop 3.3, corrected as in shared/notes/mechanisms.md.) The banded
+Toeplitz optimizer follows 002 Prop 3.1. All quantities are float64 and
+unsquared unless the name ends in `_sq`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+import scipy.optimize
+import scipy.signal
+
+__all__ = [
+    'lt_toeplitz',
+    'inverse_coefs',
+    'prefix_decoder_coefs',
+    'decoder_row_sq_norms',
+    'max_error',
+    'rms_error',
+    'column_normalize',
+    'column_normalized_matrix',
+    'sqrt_coefs',
+    'toeplitz_min_sep_sensitivity_sq',
+    'band_toeplitz_loss_and_grad',
+    'optimize_band_toeplitz',
+]
+
+ProgressFn = Optional[Callable[[dict], None]]
+
+
+def _as_coefs(coefs: Any, n: int) -> np.ndarray:
+  """Returns the first n coefficients as float64, zero-padded to length n."""
+  c = np.asarray(coefs, dtype=np.float64).ravel()
+  out = np.zeros(n, dtype=np.float64)
+  m = min(n, c.size)
+  out[:m] = c[:m]
+  return out
+
+
+def lt_toeplitz(coefs: Any, n: int) -> np.ndarray:
+  """Dense n×n lower-triangular Toeplitz matrix with C[i, j] = coefs[i-j]."""
+  c = _as_coefs(coefs, n)
+  idx = np.arange(n)
+  diff = idx[:, None] - idx[None, :]
+  return np.where(diff >= 0, c[np.clip(diff, 0, n - 1)], 0.0)
+
+
+def inverse_coefs(coefs: Any, n: int) -> np.ndarray:
+  """First n Toeplitz coefficients ĉ of C⁻¹ for C = LtToep(coefs).
+
+  Scalar forward substitution C ĉ = e_0, run as the IIR filter
+  lfilter([1], coefs, impulse): O(n · len(coefs)).
+  """
+  c = np.asarray(coefs, dtype=np.float64).ravel()[:n]
+  if c.size == 0 or c[0] == 0.0:
+    raise ValueError('coefs[0] (the diagonal) must be non-zero')
+  impulse = np.zeros(n, dtype=np.float64)
+  impulse[0] = 1.0
+  return scipy.signal.lfilter([1.0], c, impulse)
+
+
+def prefix_decoder_coefs(coefs: Any, n: int) -> np.ndarray:
+  """Coefficients b of B = A C⁻¹ = LtToep(b): b_i = Σ_{j≤i} ĉ_j (001 Prop 3.3)."""
+  return np.cumsum(inverse_coefs(coefs, n))
+
+
+def decoder_row_sq_norms(coefs: Any, n: int) -> np.ndarray:
+  """Squared norm of row i of B = LtToep(b), i.e. cumsum(b²) (per-round error²)."""
+  b = prefix_decoder_coefs(coefs, n)
+  return np.cumsum(b * b)
+
+
+def max_error(coefs: Any, n: int) -> float:
+  """MaxError(B) = max_i ‖row_i(B)‖ = sqrt(Σ_i b_i²) (001 Prop 3.3)."""
+  b = prefix_decoder_coefs(coefs, n)
+  return float(np.sqrt(np.sum(b * b)))
+
+
+def rms_error(coefs: Any, n: int) -> float:
+  """RmsError(B) = ‖B‖_F / sqrt(n) = sqrt(Σ_i (n-i) b_i² / n) (001 Prop 3.3)."""
+  b = prefix_decoder_coefs(coefs, n)
+  weights = np.arange(n, 0, -1, dtype=np.float64)
+  return float(np.sqrt(np.sum(weights * b * b) / n))
+
+
+def column_normalize(matrix: Any) -> np.ndarray:
+  """Divides every column of a dense matrix by its Euclidean norm.
+
+  Zero columns are left as they are.
+  """
+  m = np.asarray(matrix, dtype=np.float64)
+  norms = np.linalg.norm(m, axis=0)
+  norms = np.where(norms > 0.0, norms, 1.0)
+  return m / norms[None, :]
+
+
+def column_normalized_matrix(coefs: Any, n: int) -> np.ndarray:
+  """Dense column-normalized banded Toeplitz C at horizon n (002 §3.1).
+
+  Column j of LtToep(coefs) holds coefs[:n-j]; it is divided by its in-range
+  norm ‖coefs[:n-j]‖, so the last columns are scaled up and the result is no
+  longer Toeplitz. Every column has unit norm, hence sens² = k_eff for
+  b-min-sep with b ≥ len(coefs).
+  """
+  return column_normalize(lt_toeplitz(coefs, n))
+
+
+def sqrt_coefs(bands: int) -> np.ndarray:
+  """Square-root-factorization coefficients truncated to `bands`.
+
+  c_0 = 1, c_j = c_{j-1} (2j-1)/(2j) (coefficients of (1-x)^{-1/2}); the warm
+  start of 002 and shared/notes/mechanisms.md.
+  """
+  c = np.ones(bands, dtype=np.float64)
+  for j in range(1, bands):
+    c[j] = c[j - 1] * (2 * j - 1) / (2 * j)
+  return c
+
+
+def _participation_shifts(n: int, min_sep: int, max_participations: int):
+  """Offsets 0, b, 2b, … < n of the worst pattern π* (at most k of them)."""
+  if min_sep < 1:
+    raise ValueError(f'min_sep must be >= 1, got {min_sep}')
+  if max_participations < 1:
+    raise ValueError(f'max_participations must be >= 1, got {max_participations}')
+  k_eff = min(max_participations, -(-n // min_sep))
+  return [m * min_sep for m in range(k_eff)]
+
+
+def toeplitz_min_sep_sensitivity_sq(coefs: Any, n: int, min_sep: int,
+                                    max_participations: int) -> float:
+  """sens² = ‖C u(π*)‖² with π* = (0, b, 2b, …) < n, at most k rounds.
+
+  001 Thm 3.1 / Alg. 4: exact when coefs are non-negative and non-increasing.
+  It is also exact for any banded Toeplitz C with len(coefs) ≤ min_sep: the
+  chosen columns are then disjoint and the column norms are non-increasing in
+  j (the last columns are truncated), so 0, b, 2b, … maximizes the banded rule
+  Σ_{j∈π} ‖C[:, j]‖². Otherwise it is only a lower bound (001 Remark 3.2).
+  """
+  c = _as_coefs(coefs, n)
+  cbar = np.zeros(n, dtype=np.float64)
+  for s in _participation_shifts(n, min_sep, max_participations):
+    cbar[s:] += c[:n - s]
+  return float(cbar @ cbar)
+
+
+def _error_weights(n: int, objective: str) -> np.ndarray:
+  """Weights on b_i² giving MaxError² ('max') or RmsError² ('rms')."""
+  if objective == 'max':
+    return np.ones(n, dtype=np.float64)
+  if objective == 'rms':
+    return np.arange(n, 0, -1, dtype=np.float64) / n
+  raise ValueError(f"objective must be 'max' or 'rms', got {objective!r}")
+
+
+def band_toeplitz_loss_and_grad(
+    coefs: np.ndarray, n: int, shifts: list[int],
+    weights: np.ndarray) -> tuple[float, float, float, np.ndarray]:
+  """Squared loss sens²·err² of LtToep(coefs) and its gradient w.r.t. coefs.
+
+  Cost O(n · bands). Returns (loss_sq, sens_sq, err_sq, grad).
+
+  Error (002 Prop 3.1): ĉ = C⁻¹ e_0 by lfilter, b = cumsum(ĉ) = C⁻¹·1,
+  err² = Σ w_i b_i². Adjoint: with g = ∂err²/∂ĉ, dĉ = -C⁻¹ LtToep(ĉ) dc, so
+  ∂err²/∂c = -LtToep(ĉ)ᵀ C⁻ᵀ g; C⁻ᵀ is the same lfilter run backwards.
+  Sensitivity (001 Alg. 4): c̄ = Σ_m shift(c, m·b), sens² = ‖c̄‖²,
+  ∂sens²/∂c_t = 2 Σ_m c̄_{t+m·b}.
+  """
+  bands = coefs.size
+  impulse = np.zeros(n)
+  impulse[0] = 1.0
+  chat = scipy.signal.lfilter([1.0], coefs, impulse)
+  b = np.cumsum(chat)
+  err_sq = float(np.sum(weights * b * b))
+  g_b = 2.0 * weights * b
+  g_chat = np.cumsum(g_b[::-1])[::-1]
+  v = scipy.signal.lfilter([1.0], coefs, g_chat[::-1])[::-1]  # C⁻ᵀ g_chat.
+  # (LtToep(ĉ)ᵀ v)_t = Σ_{i≥t} ĉ_{i-t} v_i for t < bands: a correlation.
+  corr = scipy.signal.fftconvolve(v, chat[::-1])[n - 1:n - 1 + bands]
+  g_err = -corr
+  m = min(bands, n)
+  cbar = np.zeros(n)
+  for s in shifts:
+    if s < n:
+      cbar[s:s + m] += coefs[:min(m, n - s)]
+  sens_sq = float(cbar @ cbar)
+  g_sens = np.zeros(bands)
+  for s in shifts:
+    length = min(bands, n - s)
+    g_sens[:length] += 2.0 * cbar[s:s + length]
+  loss_sq = sens_sq * err_sq
+  grad = err_sq * g_sens + sens_sq * g_err
+  return loss_sq, sens_sq, err_sq, grad
+
+
+def optimize_band_toeplitz(
+    n: int,
+    bands: int,
+    min_sep: int,
+    max_participations: int,
+    objective: str = 'rms',
+    progress: ProgressFn = None,
+    max_iterations: int = 1000,
+    init: Optional[np.ndarray] = None,
+) -> tuple[np.ndarray, dict]:
+  """Optimal `bands`-banded Toeplitz coefficients (002 Prop 3.1, §3).
+
+  Minimizes sens²·err² (objective 'rms' → RmsLoss, 'max' → MaxLoss) of the
+  un-normalized C = LtToep(θ), θ ∈ R^bands with θ_0 = 1 (the loss is
+  scale-invariant), by L-BFGS with the analytic gradient of
+  `band_toeplitz_loss_and_grad`, warm-started at the truncated square-root
+  coefficients. The sensitivity is ‖C u(π*)‖ (see
+  `toeplitz_min_sep_sensitivity_sq`); it is exact when bands ≤ min_sep or the
+  result is non-negative and non-increasing, reported in info['sens_exact'].
+
+  The returned coefficients are not column-normalized; use
+  `column_normalized_matrix` to evaluate the column-normalized variant.
+
+  Returns:
+    (coefs, info) with info keys loss, sens, error, objective, sens_exact,
+    iterations, evaluations, seconds, converged, message.
+  """
+  if bands < 1 or bands > n:
+    raise ValueError(f'bands must be in [1, n], got {bands}')
+  weights = _error_weights(n, objective)
+  shifts = _participation_shifts(n, min_sep, max_participations)
+  x0 = sqrt_coefs(bands) if init is None else _as_coefs(init, bands)
+  x0 = x0 / x0[0]
+  start = time.perf_counter()
+  state = {'evals': 0, 'iters': 0}
+
+  def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+    coefs = np.concatenate([[1.0], x])
+    loss_sq, _, _, grad = band_toeplitz_loss_and_grad(coefs, n, shifts, weights)
+    state['evals'] += 1
+    # Optimize log(loss²) for a well-scaled objective.
+    return float(np.log(loss_sq)), grad[1:] / loss_sq
+
+  def callback(xk: np.ndarray) -> None:
+    state['iters'] += 1
+    if progress is not None:
+      progress({'stage': 'band_toeplitz', 'iteration': state['iters'],
+                'loss': float(np.exp(0.5 * fun(xk)[0]))})
+
+  if bands == 1:
+    coefs = np.ones(1)
+    res = None
+  else:
+    res = scipy.optimize.minimize(
+        fun, x0[1:], jac=True, method='L-BFGS-B', callback=callback,
+        options={'maxiter': max_iterations, 'maxcor': 20, 'ftol': 1e-13,
+                 'gtol': 1e-10})
+    coefs = np.concatenate([[1.0], res.x])
+  loss_sq, sens_sq, err_sq, _ = band_toeplitz_loss_and_grad(
+      coefs, n, shifts, weights)
+  nonneg_noninc = bool(np.all(coefs >= 0.0) and np.all(np.diff(coefs) <= 0.0))
+  info = {
+      'loss': float(np.sqrt(loss_sq)),
+      'sens': float(np.sqrt(sens_sq)),
+      'error': float(np.sqrt(err_sq)),
+      'objective': objective,
+      'sens_exact': bool(bands <= min_sep or nonneg_noninc),
+      'iterations': state['iters'],
+      'evaluations': state['evals'],
+      'seconds': time.perf_counter() - start,
+      'converged': True if res is None else bool(res.success),
+      'message': '' if res is None else str(res.message),
+  }
+  if progress is not None:
+    progress({'stage': 'band_toeplitz', 'done': True, **info})
+  return coefs, info

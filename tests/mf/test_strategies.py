@@ -1,0 +1,122 @@
+"""The strategy JSON schema and THE loader: validation, round trips, normalization, horizons."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fedmf.mf import strategies as st
+
+
+def _blt():
+  return {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.2, 0.3]}
+
+
+def test_round_trip_every_mechanism(tmp_path):
+  objs = [
+      {"mechanism": "dpsgd"},
+      {"mechanism": "tree", "variant": "vanilla"},
+      {"mechanism": "band-toeplitz", "coefficients": [1.0, 0.5, 0.25], "column_normalized": True},
+      _blt(),
+      {"mechanism": "bandmf", "n": 4, "bands": 2, "columns": [[2, 1], [1, 1], [3, -1], [5]]},
+  ]
+  for obj in objs:
+    strategy = st.load_strategy(obj)
+    assert strategy.mechanism == obj["mechanism"]
+    path = tmp_path / f"{obj['mechanism']}.json"
+    st.save_strategy(strategy, path, optimized_for={"n": 4})
+    again = st.load_strategy(str(path))
+    back = st.strategy_to_dict(again)
+    assert back["optimized_for"] == {"n": 4}
+    back.pop("optimized_for")
+    assert json.loads(json.dumps(back)) == json.loads(json.dumps(obj)) | ({"column_normalized": obj.get("column_normalized")} if "coefficients" in obj else {})
+    np.testing.assert_array_equal(st.strategy_matrix(strategy, 4), st.strategy_matrix(again, 4))
+
+
+@pytest.mark.parametrize("obj, field", [
+    ({"mechanism": "nope"}, "mechanism"),
+    ({}, "mechanism"),
+    ({"mechanism": "blt", "buf_decay": [1.2], "output_scale": [0.1]}, "buf_decay"),
+    ({"mechanism": "blt", "buf_decay": [0.5, 0.5], "output_scale": [0.1, 0.1]}, "buf_decay"),
+    ({"mechanism": "blt", "buf_decay": [0.5], "output_scale": [-0.1]}, "output_scale"),
+    ({"mechanism": "blt", "buf_decay": [0.5], "output_scale": [float("nan")]}, "output_scale"),
+    ({"mechanism": "blt", "buf_decay": [0.5, 0.4], "output_scale": [0.1]}, "output_scale"),
+    ({"mechanism": "blt", "output_scale": [0.1]}, "buf_decay"),
+    ({"mechanism": "blt", "buf_decay": "0.5", "output_scale": [0.1]}, "buf_decay"),
+    ({"mechanism": "tree", "variant": "honaker"}, "variant"),
+    ({"mechanism": "band-toeplitz", "coefficients": []}, "coefficients"),
+    ({"mechanism": "band-toeplitz", "coefficients": [0.0, 1.0]}, "coefficients"),
+    ({"mechanism": "band-toeplitz", "coefficients": [1.0], "column_normalized": "yes"}, "column_normalized"),
+    ({"mechanism": "bandmf", "n": 3, "bands": 2, "columns": [[1, 1], [1, 1]]}, "columns"),
+    ({"mechanism": "bandmf", "n": 3, "bands": 2, "columns": [[1, 1], [1], [1]]}, "columns[1]"),
+    ({"mechanism": "bandmf", "n": 3, "bands": 2, "columns": [[1, 1], [1, float("inf")], [1]]}, "columns[1]"),
+    ({"mechanism": "bandmf", "n": 3, "bands": 4, "columns": [[1], [1], [1]]}, "bands"),
+    ({"mechanism": "bandmf", "n": 0, "bands": 1, "columns": []}, "'n'"),
+    ({"mechanism": "bandmf", "n": 2, "bands": 1, "columns": [[0.0], [1.0]]}, "columns[0]"),
+])
+def test_invalid_strategies_name_the_field(obj, field):
+  with pytest.raises(st.StrategyError) as e:
+    st.load_strategy(obj)
+  message = str(e.value)
+  assert "\n" not in message
+  assert field in message
+
+
+def test_missing_and_malformed_files(tmp_path):
+  with pytest.raises(st.StrategyError, match="not found"):
+    st.load_strategy(tmp_path / "missing.json")
+  bad = tmp_path / "bad.json"
+  bad.write_text("{not json")
+  with pytest.raises(st.StrategyError, match="not valid JSON"):
+    st.load_strategy(bad)
+  wrong = tmp_path / "wrong.json"
+  wrong.write_text(json.dumps({"mechanism": "blt", "buf_decay": [2.0], "output_scale": [0.1]}))
+  with pytest.raises(st.StrategyError, match="wrong.json.*buf_decay"):
+    st.load_strategy(wrong)
+
+
+def test_extra_keys_are_kept():
+  strategy = st.load_strategy(_blt() | {"optimized_for": {"n": 2052}, "note": "hi"})
+  assert strategy.metadata == {"optimized_for": {"n": 2052}, "note": "hi"}
+
+
+def test_bandmf_columns_are_normalized_in_the_leading_block():
+  obj = {"mechanism": "bandmf", "n": 4, "bands": 2, "columns": [[3, 4], [1, 1], [2, -2], [7]]}
+  strategy = st.load_strategy(obj)
+  c4 = st.strategy_matrix(strategy, 4)
+  expected = np.array([[3, 0, 0, 0], [4, 1, 0, 0], [0, 1, 2, 0], [0, 0, -2, 7]], float)
+  np.testing.assert_allclose(c4, expected / np.linalg.norm(expected, axis=0))
+  # The n'=3 block truncates column 2 to its diagonal entry before normalizing.
+  c3 = st.strategy_matrix(strategy, 3)
+  block = expected[:3, :3]
+  np.testing.assert_allclose(c3, block / np.linalg.norm(block, axis=0))
+  np.testing.assert_allclose(np.linalg.norm(c3, axis=0), 1.0)
+  with pytest.raises(st.StrategyError, match="built for n=4"):
+    st.strategy_matrix(strategy, 5)
+
+
+def test_band_toeplitz_normalization_flag():
+  raw = st.load_strategy({"mechanism": "band-toeplitz", "coefficients": [2.0, 1.0], "column_normalized": False})
+  norm = st.load_strategy({"mechanism": "band-toeplitz", "coefficients": [2.0, 1.0], "column_normalized": True})
+  c_raw = st.strategy_matrix(raw, 3)
+  np.testing.assert_allclose(c_raw, [[2, 0, 0], [1, 2, 0], [0, 1, 2]])
+  c_norm = st.strategy_matrix(norm, 3)
+  np.testing.assert_allclose(c_norm, c_raw / np.linalg.norm(c_raw, axis=0))
+  assert st.is_toeplitz(raw) and not st.is_toeplitz(norm)
+
+
+def test_blt_matrix_matches_definition():
+  strategy = st.load_strategy(_blt())
+  c = st.strategy_matrix(strategy, 5)
+  # 001 §2: c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1}.
+  coefs = [1.0] + [0.2 * 0.9 ** (i - 1) + 0.3 * 0.5 ** (i - 1) for i in range(1, 5)]
+  for i in range(5):
+    for j in range(5):
+      assert c[i, j] == pytest.approx(coefs[i - j] if i >= j else 0.0, abs=1e-15)
+
+
+def test_strategy_objects_pass_through_the_loader():
+  strategy = st.load_strategy(_blt())
+  assert st.load_strategy(strategy) is strategy
+  with pytest.raises(st.StrategyError):
+    st.load_strategy(3.5)
