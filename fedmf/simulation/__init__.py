@@ -1,0 +1,1 @@
+"""Simulation layer (programs): client timers, synthetic federated data and training drivers."""

@@ -1,0 +1,319 @@
+"""Tests for fedmf.mf.banded and fedmf.mf.banded_optimize."""
+
+import resource
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.optimize
+
+from fedmf.mf import banded
+from fedmf.mf import banded_optimize
+from fedmf.mf import workloads
+
+
+def _random_theta(n, bands, seed=0):
+  rng = np.random.default_rng(seed)
+  theta = rng.uniform(-1.0, 1.0, (bands, n))
+  theta[0] += 2.0  # dominant positive diagonal: well conditioned
+  return banded.normalize_columns(theta, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Representation.
+
+
+def test_columns_roundtrip_and_out_of_range_zero():
+  cols = [[1.0, 2.0, 3.0], [4.0, 5.0], [6.0, 7.0, 8.0], [9.0]]
+  theta = banded.columns_to_theta(cols)
+  assert theta.shape == (3, 4)
+  np.testing.assert_array_equal(theta[:, 0], [1, 2, 3])
+  np.testing.assert_array_equal(theta[:, 1], [4, 5, 0])
+  np.testing.assert_array_equal(theta[:, 2], [6, 7, 0])  # 8 is below row n-1: out of range
+  out = banded.theta_to_columns(theta)
+  assert [len(c) for c in out] == [3, 3, 2, 1]
+  c = banded.banded_matrix(theta)
+  np.testing.assert_array_equal(c[:, 2], [0, 0, 6, 7])
+  np.testing.assert_array_equal(banded.theta_from_matrix(c, 3), theta)
+
+
+def test_normalize_truncates_before_normalizing():
+  theta = np.array([[3.0, 3.0, 3.0, 3.0, 1.0], [4.0, 4.0, 4.0, 4.0, 0.0]])
+  full = banded.normalize_columns(theta, 5)
+  np.testing.assert_allclose(full[:, 0], [0.6, 0.8])
+  np.testing.assert_allclose(full[:, 4], [1.0, 0.0])
+  short = banded.normalize_columns(theta, 4)
+  assert short.shape == (2, 4)
+  np.testing.assert_allclose(short[:, 2], [0.6, 0.8])
+  np.testing.assert_allclose(short[:, 3], [1.0, 0.0])  # column 3 truncated to [3], then normalized
+  c = banded.banded_matrix(short)
+  np.testing.assert_allclose(np.linalg.norm(c, axis=0), 1.0)
+
+
+def test_normalize_rejects_zero_column():
+  # Column 2 of the 3×3 block is [0]: its 5 lies below the last row.
+  with pytest.raises(ValueError, match='column 2'):
+    banded.normalize_columns([[1.0, 1.0], [0.0, 1.0], [0.0, 5.0]], 3)
+
+
+def test_sensitivity_sq():
+  assert banded.sensitivity_sq(2052, 342, 342, 6) == 6
+  assert banded.sensitivity_sq(10, 2, 4, None) == 3
+  assert banded.sensitivity_sq(10, 2, 4, 2) == 2
+  with pytest.raises(ValueError, match='min_sep'):
+    banded.sensitivity_sq(10, 5, 4, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming.
+
+
+@pytest.mark.parametrize('trailing', [(), (3,), (2, 2)])
+@pytest.mark.parametrize('bands', [1, 3, 7])
+def test_streams_match_dense(trailing, bands):
+  n = 11
+  theta = _random_theta(n, bands, seed=bands)
+  c = banded.banded_matrix(theta)
+  rng = np.random.default_rng(1)
+  z = rng.standard_normal((n,) + trailing)
+  flat = z.reshape(n, -1)
+  want_inv = np.linalg.solve(c, flat).reshape(z.shape)
+  want_mul = (c @ flat).reshape(z.shape)
+  inv = banded.BandedInverseStream(theta, trailing)
+  mul = banded.BandedMultiplyStream(theta, trailing)
+  got_inv = np.array([inv.next(z[i]) for i in range(n)])
+  got_mul = np.array([mul.next(z[i]) for i in range(n)])
+  np.testing.assert_allclose(got_inv, want_inv, rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(got_mul, want_mul, rtol=1e-10, atol=1e-12)
+  with pytest.raises(RuntimeError, match='n=11'):
+    inv.next(z[0])
+  with pytest.raises(RuntimeError, match='n=11'):
+    mul.next(z[0])
+
+
+def test_inverse_stream_rejects_wrong_shape_and_zero_diagonal():
+  theta = _random_theta(5, 2)
+  with pytest.raises(ValueError, match='shape'):
+    banded.BandedInverseStream(theta, (3,)).next(np.zeros(4))
+  theta[0, 2] = 0.0
+  with pytest.raises(ValueError, match='diagonal'):
+    banded.BandedInverseStream(theta, ())
+
+
+# ---------------------------------------------------------------------------------------------
+# Error and gradients.
+
+
+@pytest.mark.parametrize('n,bands', [(1, 1), (9, 1), (9, 3), (16, 16), (30, 5)])
+@pytest.mark.parametrize('name', ['prefix', 'momentum'])
+def test_decoder_row_sq_norms_match_dense(n, bands, name):
+  theta = _random_theta(n, min(bands, n), seed=n)
+  a = workloads.by_name(name, n)
+  b = a @ np.linalg.inv(banded.banded_matrix(theta))
+  workload = None if name == 'prefix' else a
+  np.testing.assert_allclose(banded.decoder_row_sq_norms(theta, workload), np.sum(b * b, axis=1),
+                             rtol=1e-9)
+  np.testing.assert_allclose(banded.loss_sq(theta, workload), np.sum(b * b), rtol=1e-9)
+
+
+def test_identity_loss_is_45_at_n9():
+  assert banded.loss_sq(np.ones((1, 9))) == pytest.approx(45.0)
+
+
+@pytest.mark.parametrize('name', ['prefix', 'momentum'])
+def test_theta_gradient_matches_finite_differences(name):
+  n, bands = 10, 4
+  rng = np.random.default_rng(3)
+  theta = banded.columns_to_theta(rng.uniform(0.2, 1.0, (bands, n)), n)
+  a = None if name == 'prefix' else workloads.momentum_with_cooldown(n, 0.9, 3)
+  value, grad = banded.loss_sq_and_grad(theta, a)
+  assert value == pytest.approx(banded.loss_sq(banded.normalize_columns(theta, n), a))
+  eps = 1e-6
+  for r, j in [(0, 0), (1, 3), (3, 2), (2, 7), (0, 9), (1, 8)]:
+    e = np.zeros_like(theta)
+    e[r, j] = eps
+    fd = (banded.loss_sq(banded.normalize_columns(theta + e, n), a) -
+          banded.loss_sq(banded.normalize_columns(theta - e, n), a)) / (2 * eps)
+    assert grad[r, j] == pytest.approx(fd, rel=1e-5, abs=1e-6)
+  assert np.all(grad[3, 7:] == 0)  # out of range
+
+
+def test_row_weighted_and_pnorm_gradients_match_finite_differences():
+  n, bands = 9, 3
+  rng = np.random.default_rng(4)
+  theta = banded.columns_to_theta(rng.uniform(0.2, 1.0, (bands, n)), n)
+  w = rng.uniform(0.0, 2.0, n)
+
+  def weighted(t):
+    return float(w @ banded.decoder_row_sq_norms(banded.normalize_columns(t, n)))
+
+  def pnorm(t):
+    r = banded.decoder_row_sq_norms(banded.normalize_columns(t, n))
+    return float(np.sum(r ** 16) ** (1 / 16))
+
+  value, grad = banded.loss_sq_and_grad(theta, row_weights=w)
+  assert value == pytest.approx(weighted(theta))
+  p_value, p_grad, _ = banded.loss_and_grad_with_row_weights(
+      theta, None, lambda r: banded_optimize._pnorm_weights(r, 16))  # pylint: disable=protected-access
+  assert p_value == pytest.approx(pnorm(theta))
+  eps = 1e-6
+  for r, j in [(0, 0), (1, 4), (2, 6), (0, 8)]:
+    e = np.zeros_like(theta)
+    e[r, j] = eps
+    assert grad[r, j] == pytest.approx((weighted(theta + e) - weighted(theta - e)) / (2 * eps), rel=1e-5)
+    assert p_grad[r, j] == pytest.approx((pnorm(theta + e) - pnorm(theta - e)) / (2 * eps), rel=1e-5)
+
+
+def test_x_route_gradient_matches_finite_differences():
+  n, bands = 10, 3
+  x_low = banded.gram_band(_random_theta(n, bands, seed=5))
+  a = workloads.momentum_with_cooldown(n, 0.9, 4)
+  value, grad = banded_optimize._x_value_and_grad(x_low, a)  # pylint: disable=protected-access
+  c = banded.banded_matrix(banded.reverse_cholesky_banded(x_low))
+  x_dense = c.T @ c
+  assert value == pytest.approx(np.trace(a.T @ a @ np.linalg.inv(x_dense)))
+  eps = 1e-6
+  for r, j in [(1, 0), (1, 5), (2, 3), (2, 7)]:
+    e = np.zeros_like(x_low)
+    e[r, j] = eps
+    fd = (banded_optimize._x_value_and_grad(x_low + e, a)[0] -  # pylint: disable=protected-access
+          banded_optimize._x_value_and_grad(x_low - e, a)[0]) / (2 * eps)  # pylint: disable=protected-access
+    assert grad[r, j] == pytest.approx(fd, rel=1e-5)
+
+
+def test_reverse_cholesky_roundtrip():
+  theta = _random_theta(12, 4, seed=7)
+  theta = theta * np.sign(theta[0])  # positive diagonal: the reverse Cholesky factor is unique
+  np.testing.assert_allclose(banded.reverse_cholesky_banded(banded.gram_band(theta)), theta, atol=1e-12)
+  c = banded.banded_matrix(theta)
+  x_low = banded.gram_band(theta)
+  np.testing.assert_allclose(banded.banded_matrix(x_low) + banded.banded_matrix(x_low).T -
+                             np.diag(x_low[0]), c.T @ c, atol=1e-12)
+
+
+def test_reverse_cholesky_rejects_indefinite():
+  x_low = np.array([[1.0, 1.0, 1.0], [0.99, 0.99, 0.0]])
+  with pytest.raises(np.linalg.LinAlgError):
+    banded.reverse_cholesky_banded(x_low)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimization.
+
+# 002 App. B, Example B.1: optimal 3-banded column-normalized C for n = 9, prefix workload.
+_B1_DIAG = [.740, .822, .876, .821, .855, .882, .892, .936, 1.000]
+_B1_SUB1 = [.500, .492, .395, .462, .442, .403, .409, .353]
+_B1_SUB2 = [.450, .286, .278, .335, .272, .243, .194]
+
+
+@pytest.mark.parametrize('method', ['x', 'theta'])
+def test_example_b1_optimal_three_banded(method):
+  theta, info = banded_optimize.optimize_bandmf(9, 3, method=method, rtol=1e-12)
+  assert info['loss_sq'] == pytest.approx(24.881, abs=5e-4)
+  assert banded.loss_sq(theta) == pytest.approx(info['loss_sq'], rel=1e-9)
+  np.testing.assert_allclose(theta[0], _B1_DIAG, atol=2e-3)
+  np.testing.assert_allclose(theta[1, :8], _B1_SUB1, atol=2e-3)
+  np.testing.assert_allclose(theta[2, :7], _B1_SUB2, atol=2e-3)
+  np.testing.assert_allclose(np.linalg.norm(banded.banded_matrix(theta), axis=0), 1.0)
+
+
+def test_optimize_reports_sensitivity_and_progress():
+  seen = []
+  theta, info = banded_optimize.optimize_bandmf(20, 4, min_sep=5, max_participations=3, max_iter=15,
+                                                progress=seen.append)
+  assert theta.shape == (4, 20)
+  assert info['sens_sq'] == 3
+  assert info['expected_total_sq_error'] == pytest.approx(3 * info['loss_sq'])
+  assert [d['iteration'] for d in seen] == list(range(1, len(seen) + 1))
+  assert all(b['loss_sq'] <= a['loss_sq'] for a, b in zip(seen, seen[1:]))
+  assert info['loss_sq'] < banded.loss_sq(banded_optimize.warm_start_theta(20, 4))
+
+
+def test_optimize_momentum_workload_beats_warm_start():
+  n = 24
+  a = workloads.momentum_with_cooldown(n, 0.95, 6)
+  theta, info = banded_optimize.optimize_bandmf(n, 4, workload=a, max_iter=60)
+  assert banded.loss_sq(theta, a) == pytest.approx(info['loss_sq'], rel=1e-9)
+  assert info['loss_sq'] < 0.99 * banded.loss_sq(banded_optimize.warm_start_theta(n, 4), a)
+
+
+def test_max_objective_lowers_max_error():
+  seen = []
+  _, info_max = banded_optimize.optimize_bandmf(24, 4, objective='max', max_iter=200,
+                                                progress=seen.append)
+  _, info_rms = banded_optimize.optimize_bandmf(24, 4, max_iter=200)
+  assert info_max['objective'] == 'max'
+  assert info_max['max_row_sq'] < 0.95 * info_rms['max_row_sq']
+  assert info_max['loss_sq'] > info_rms['loss_sq']
+  assert [d['iteration'] for d in seen] == list(range(1, len(seen) + 1))
+
+
+def test_methods_agree():
+  _, info_x = banded_optimize.optimize_bandmf(32, 5, method='x', max_iter=300, rtol=1e-12)
+  _, info_t = banded_optimize.optimize_bandmf(32, 5, method='theta', max_iter=300, rtol=1e-12)
+  assert info_x['loss_sq'] == pytest.approx(info_t['loss_sq'], rel=1e-6)
+
+
+def test_optimize_argument_errors():
+  with pytest.raises(ValueError, match='min_sep'):
+    banded_optimize.optimize_bandmf(10, 4, min_sep=3)
+  with pytest.raises(ValueError, match='method'):
+    banded_optimize.optimize_bandmf(10, 2, objective='max', method='x')
+  with pytest.raises(ValueError, match='objective'):
+    banded_optimize.optimize_bandmf(10, 2, objective='mean')
+  theta, info = banded_optimize.optimize_bandmf(6, 1)
+  np.testing.assert_array_equal(theta, np.ones((1, 6)))
+  assert info['loss_sq'] == pytest.approx(21.0)
+
+
+def test_choose_bands():
+  kwargs = dict(n=24, min_sep=6, max_participations=4, max_iter=40)
+  assert banded_optimize.choose_bands(**kwargs) == 6
+  assert banded_optimize.choose_bands(**kwargs, candidates=[1, 2, 3, 9]) == 3
+  assert banded_optimize.choose_bands(**kwargs, rtol=10.0) == 1
+  assert banded_optimize.choose_bands(**kwargs, max_bands=4) == 4
+
+
+def _toeplitz_over_general_rmse_ratio(n, bands):
+  """RMSE(column-normalized banded Toeplitz) / RMSE(general banded) (002 §3; both column-normalized).
+
+  The Toeplitz coefficients are optimized locally: the loss of the column-normalized LtToep(θ),
+  with gradient Σ_j ∂/∂Θ[r, j] of the general column-normalized gradient (all columns share θ).
+  """
+  def fun(coefs):
+    value, grad = banded.loss_sq_and_grad(np.tile(coefs[:, None], (1, n)))
+    return value, grad.sum(axis=1)
+
+  res = scipy.optimize.minimize(fun, banded_optimize.sqrt_toeplitz_coefs(bands), jac=True,
+                                method='L-BFGS-B', options=dict(maxiter=500, ftol=1e-13, gtol=1e-10))
+  toeplitz = banded.loss_sq(banded.normalize_columns(np.tile(res.x[:, None], (1, n)), n))
+  _, info = banded_optimize.optimize_bandmf(n, bands, max_iter=1000, rtol=1e-10)
+  return float(np.sqrt(toeplitz / info['loss_sq']))
+
+
+def test_toeplitz_vs_general_banded_ratio_n256():
+  assert _toeplitz_over_general_rmse_ratio(256, 16) == pytest.approx(1.012, abs=1.5e-3)
+
+
+@pytest.mark.slow
+def test_toeplitz_vs_general_banded_ratio_n1024():
+  assert _toeplitz_over_general_rmse_ratio(1024, 16) == pytest.approx(1.007, abs=1.5e-3)
+
+
+@pytest.mark.slow
+def test_stackoverflow_scale_n2052_bands342():
+  """000/002 StackOverflow setting: tr(AᵀA X⁻¹) ≈ 2.53e4 for n = 2052, b̂ = 342."""
+  tracemalloc.start()
+  start = time.perf_counter()
+  theta, info = banded_optimize.optimize_bandmf(2052, 342, min_sep=342, max_participations=6,
+                                                max_iter=100)
+  seconds = time.perf_counter() - start
+  _, peak = tracemalloc.get_traced_memory()
+  tracemalloc.stop()
+  print(f"n=2052 bands=342: loss_sq={info['loss_sq']:.1f} iterations={info['iterations']} "
+        f'{seconds:.1f}s peak_traced={peak / 2**20:.0f}MiB '
+        f'maxrss={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}MiB')
+  assert info['loss_sq'] == pytest.approx(2.53e4, rel=0.01)
+  assert banded.loss_sq(theta) == pytest.approx(info['loss_sq'], rel=1e-8)
+  assert info['sens_sq'] == 6

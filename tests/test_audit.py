@@ -1,0 +1,165 @@
+"""fedmf.audit: realized (b, k) and violations vs brute force, sensitivity never below brute force."""
+
+import collections
+import json
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings, strategies as hs
+
+from fedmf import audit, participation
+from fedmf.errors import FedmfUserError
+from fedmf.mf import strategies as st
+from tests.mf.brute_force import brute_force_sensitivity
+
+BLT = {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]}
+
+
+def arrays(rows):
+  ids = [c for _, c in rows]
+  enc = pa.array(ids, pa.string()).dictionary_encode()
+  return participation.ParticipationArrays(
+      rounds=np.array([r for r, _ in rows], dtype=np.int64),
+      codes=enc.indices.to_numpy().astype(np.int64), client_ids=enc.dictionary)
+
+
+def brute(rows, B, K):
+  by_client = collections.defaultdict(list)
+  for r, c in rows:
+    by_client[c].append(r)
+  gaps, viol = [], set()
+  kmax = 0
+  for c, rs in by_client.items():
+    cnt = collections.Counter(rs)
+    dups = sorted(r for r, m in cnt.items() if m > 1)
+    if dups:
+      viol.add((c, tuple(dups), "duplicate"))
+    u = sorted(cnt)
+    kmax = max(kmax, len(u))
+    bad = set()
+    for i, j in zip(u, u[1:]):
+      gaps.append(j - i)
+      if B is not None and j - i < B:
+        bad |= {i, j}
+    if bad:
+      viol.add((c, tuple(sorted(bad)), "min-sep"))
+    if K is not None and len(u) > K:
+      viol.add((c, tuple(u), "max-participations"))
+  return (min(gaps) if gaps else None), kmax, viol
+
+
+row_lists = hs.lists(hs.tuples(hs.integers(0, 7), hs.sampled_from("abcde")), min_size=1,
+                     max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(row_lists, hs.one_of(hs.none(), hs.integers(1, 5)), hs.one_of(hs.none(), hs.integers(1, 4)))
+def test_realized_b_k_and_violations_equal_brute_force(rows, B, K):
+  res = audit.audit_arrays(arrays(rows), BLT, 2.0, 1e-6, min_sep=B, max_participations=K,
+                           curve=False, accountant="analytic")
+  b, k, viol = brute(rows, B, K)
+  assert res.stats.observed_min_sep == b
+  assert res.stats.observed_max_participations == k
+  assert {(v.client_id, v.rounds, v.reason) for v in res.violations} == viol
+  assert len(res.violations) == len(viol)
+  assert res.claim_covers_all_clients == (len(rows) == len(set(rows)))
+  assert res.stats.participations == len(set(rows))
+
+
+def _random_strategy(rng, n):
+  kind = rng.integers(4)
+  if kind == 0:
+    return st.load_strategy(BLT)
+  if kind == 1:
+    bands = int(rng.integers(1, n + 1))
+    cols = [list(rng.normal(size=min(bands, n - j))) for j in range(n)]
+    for col in cols:
+      col[0] = abs(col[0]) + 0.5
+    return st.load_strategy({"mechanism": "bandmf", "n": n, "bands": bands, "columns": cols})
+  if kind == 2:
+    coefs = list(rng.uniform(-0.5, 1.0, size=int(rng.integers(1, n + 1))))
+    coefs[0] = 1.0
+    return st.load_strategy({"mechanism": "band-toeplitz", "coefficients": coefs})
+  return st.load_strategy({"mechanism": "tree", "variant": "vanilla"})
+
+
+@settings(max_examples=40, deadline=None)
+@given(hs.lists(hs.tuples(hs.integers(0, 7), hs.sampled_from("abcd")), min_size=1, max_size=16),
+       hs.integers(0, 2**31))
+def test_sensitivity_never_below_brute_force(rows, seed):
+  rng = np.random.default_rng(seed)
+  n = 8
+  strategy = _random_strategy(rng, n)
+  res = audit.audit_arrays(arrays(rows), strategy, 1.0, 1e-6, rounds=n, curve=True,
+                           accountant="analytic")
+  b = res.stats.observed_min_sep
+  k = res.stats.observed_max_participations
+  c = st.strategy_matrix(strategy, n)
+  bf = brute_force_sensitivity(c, b if b is not None else n, k)
+  assert res.realized.sensitivity >= bf - 1e-9
+  # The curve's last point is the realized claim's sensitivity.
+  assert res.curve.sensitivity[-1] == pytest.approx(res.realized.sensitivity, rel=1e-12)
+
+
+def test_rounds_inferred_warning_and_given(tmp_path):
+  rows = [(0, "a"), (4, "a"), (2, "b")]
+  res = audit.audit_arrays(arrays(rows), BLT, 2.0, 1e-6)
+  assert res.rounds == 5 and res.rounds_source == "inferred"
+  assert any("--rounds not given" in w for w in res.warnings)
+  res = audit.audit_arrays(arrays(rows), BLT, 2.0, 1e-6, rounds=9)
+  assert res.rounds == 9 and not any("--rounds" in w for w in res.warnings)
+  assert res.curve.epsilon.shape == (9,)
+  with pytest.raises(FedmfUserError, match="round 4"):
+    audit.audit_arrays(arrays(rows), BLT, 2.0, 1e-6, rounds=4)
+
+
+def test_bandmf_horizon_refused():
+  s = {"mechanism": "bandmf", "n": 4, "bands": 1, "columns": [[1.0]] * 4}
+  with pytest.raises(FedmfUserError, match="n=4"):
+    audit.audit_arrays(arrays([(0, "a"), (5, "a")]), s, 1.0, 1e-6)
+  res = audit.audit_arrays(arrays([(0, "a"), (2, "a")]), s, 1.0, 1e-6, rounds=4)
+  assert res.realized.sensitivity == pytest.approx(2 ** 0.5)
+
+
+def test_declared_object_and_json_keys(tmp_path):
+  path = tmp_path / "log.csv"
+  participation.write_participation_log(path, [0, 0, 3, 5, 5, 9], ["a", "b", "a", "b", "b", "a"])
+  res = audit.audit_log(path, BLT, 2.0, 1e-6, rounds=10, min_sep=4, max_participations=2)
+  d = json.loads(json.dumps(res.to_dict()))
+  for key in ["rounds", "clients", "participations", "observed_min_sep",
+              "observed_max_participations", "violations", "sensitivity", "sensitivity_method",
+              "rho", "epsilon", "delta", "noise_multiplier", "declared",
+              "claim_covers_all_clients", "warnings"]:
+    assert key in d
+  assert d["rounds"] == 10 and d["clients"] == 2 and d["participations"] == 5
+  assert d["observed_min_sep"] == 3 and d["observed_max_participations"] == 3
+  assert d["claim_covers_all_clients"] is False
+  assert set(d["declared"]) >= {"min_sep", "max_participations", "sensitivity",
+                                "sensitivity_method", "rho", "epsilon"}
+  assert d["declared"]["epsilon"] < d["epsilon"]
+  assert {(v["client_id"], v["reason"]) for v in d["violations"]} == {
+      ("a", "min-sep"), ("a", "max-participations"), ("b", "duplicate")}
+  # Single participation: observed_min_sep is null.
+  res = audit.audit_arrays(arrays([(0, "a"), (1, "b")]), BLT, 2.0, 1e-6)
+  assert res.to_dict()["observed_min_sep"] is None
+  assert res.realized.sensitivity == pytest.approx(
+      np.linalg.norm(st.strategy_matrix(st.load_strategy(BLT), 2)[:, 0]))
+
+
+def test_report_files(tmp_path):
+  path = tmp_path / "log.csv"
+  participation.write_participation_log(path, [0, 0, 3, 5, 9], ["a", "b", "a", "b", "a"])
+  res = audit.audit_log(path, BLT, 2.0, 1e-6, min_sep=4)
+  from fedmf import report
+  paths = report.write_report(res, tmp_path / "rep")
+  for f in ["report.md", "report.html", "audit.json", "epsilon_curve.csv", "gap_histogram.png",
+            "participations_per_client.png", "epsilon_vs_rounds.png"]:
+    assert (tmp_path / "rep" / f).stat().st_size > 0
+  md = (tmp_path / "rep" / "report.md").read_text()
+  for phrase in ["Unit of privacy", "Adjacency", "Zero-out", "Type of accounting",
+                 "Accounting assumptions", "complete", "trusted", "Formal DP statement"]:
+    assert phrase in md
+  assert paths["markdown"].endswith("report.md")
+  assert "tensorflow" not in sys.modules
