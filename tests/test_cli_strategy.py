@@ -95,3 +95,10 @@ def test_optimize_refuses_missing_output_directory(tmp_path, capsys):
   code, _, err = _run(capsys, ["strategy", "optimize", "--mechanism", "dpsgd", *PARTICIPATION,
                                "--out", str(tmp_path / "nope" / "s.json")])
   assert code == 2 and "does not exist" in err
+
+
+@pytest.mark.parametrize("mechanism", ["blt", "band-toeplitz", "bandmf"])
+def test_max_iter_reaches_every_optimizer(tmp_path, capsys, mechanism):
+  code, _, err = _run(capsys, ["strategy", "optimize", "--mechanism", mechanism, *PARTICIPATION, "--buffers", "1",
+                               "--max-iter", "3", "--out", str(tmp_path / "s.json"), "--no-progress"])
+  assert code == 0, err

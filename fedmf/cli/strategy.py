@@ -177,7 +177,7 @@ def optimize_strategy(mechanism: str, n: int, min_sep: int, max_participations: 
 def run_optimize(args: argparse.Namespace) -> int:
   from fedmf.mf import evaluation, strategies
   common.check_writable(args.out)
-  total = args.max_iter if args.mechanism in ("bandmf", "band-toeplitz") else None
+  total = args.max_iter if args.mechanism == "bandmf" else None
   bar = _Progress(not args.no_progress and args.mechanism not in ("dpsgd", "tree"), total,
                   f"optimize {args.mechanism}")
   start = time.perf_counter()

@@ -461,7 +461,7 @@ def _initial_interlaced(nbuf: int, n: int, rng: Optional[np.random.Generator]
 
 def _optimize_fixed(nbuf: int, n: int, min_sep: int, max_participations: int,
                     objective: str, num_starts: int, rng: np.random.Generator,
-                    penalty: float, max_iterations: int,
+                    penalty: float, max_iter: int,
                     progress: ProgressFn) -> dict:
   """Best of `num_starts` L-BFGS runs for a fixed number of buffers."""
   best = None
@@ -495,7 +495,7 @@ def _optimize_fixed(nbuf: int, n: int, min_sep: int, max_participations: int,
     with np.errstate(all='ignore'):
       res = scipy.optimize.minimize(
           fun, u0, jac=True, method='L-BFGS-B', callback=callback,
-          options={'maxiter': max_iterations, 'maxcor': 30, 'ftol': 1e-15,
+          options={'maxiter': max_iter, 'maxcor': 30, 'ftol': 1e-15,
                    'gtol': 1e-12})
     s, _ = _interlaced_from_params(res.x)
     theta, theta_hat = s[0::2], s[1::2]
@@ -541,7 +541,7 @@ def optimize_blt(
     progress: ProgressFn = None,
     max_buffers: int = 5,
     penalty: float = PENALTY_STRENGTH,
-    max_iterations: int = 2000,
+    max_iter: int = 2000,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
   """Optimizes BLT(θ, ω) for MaxLoss or RmsLoss (001 Alg. 4).
 
@@ -570,7 +570,7 @@ def optimize_blt(
       raise ValueError(f'num_buffers must be >= 1, got {nbuf}')
     t0 = time.perf_counter()
     rec = _optimize_fixed(nbuf, n, min_sep, max_participations, objective,
-                          num_starts, rng, penalty, max_iterations, progress)
+                          num_starts, rng, penalty, max_iter, progress)
     rec['seconds'] = time.perf_counter() - t0
     per_buffers.append({k: v for k, v in rec.items()})
     improved = rec['valid'] and (

@@ -213,7 +213,7 @@ def optimize_band_toeplitz(
     max_participations: int,
     objective: str = 'rms',
     progress: ProgressFn = None,
-    max_iterations: int = 1000,
+    max_iter: int = 1000,
     init: Optional[np.ndarray] = None,
 ) -> tuple[np.ndarray, dict]:
   """Optimal `bands`-banded Toeplitz coefficients (002 Prop 3.1, §3).
@@ -261,7 +261,7 @@ def optimize_band_toeplitz(
   else:
     res = scipy.optimize.minimize(
         fun, x0[1:], jac=True, method='L-BFGS-B', callback=callback,
-        options={'maxiter': max_iterations, 'maxcor': 20, 'ftol': 1e-13,
+        options={'maxiter': max_iter, 'maxcor': 20, 'ftol': 1e-13,
                  'gtol': 1e-10})
     coefs = np.concatenate([[1.0], res.x])
   loss_sq, sens_sq, err_sq, _ = band_toeplitz_loss_and_grad(
