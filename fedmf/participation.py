@@ -25,7 +25,7 @@ import json
 import os
 import pathlib
 import sys
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -166,21 +166,38 @@ def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Itera
   for col in include:
     if col not in header:
       raise ParticipationLogError(f"{path}: missing column '{col}'")
-  convert = pacsv.ConvertOptions(
-      column_types={ROUND: pa.float64(), CLIENT_ID: pa.string()}, include_columns=include,
-      null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=False)
-  try:
-    stream = pa.input_stream(path, compression="gzip" if fmt.gzip else None)
-    reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_SIZE),
-                            convert_options=convert)
-    while True:
-      try:
-        batch = reader.read_next_batch()
-      except StopIteration:
-        break
-      yield batch
-  except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as e:
-    raise _arrow_error(path, e) from None
+  # Rounds are read as int64 first (twice as fast to parse as float64); if a value does not parse
+  # as an integer ("3.0", "1.5", "nan", ...), the file is re-read with float64 rounds from the first
+  # row not yet yielded, so that _validate_batch accepts integral floats and names the bad row.
+  emitted = 0
+  for round_type in (pa.int64(), pa.float64()):
+    convert = pacsv.ConvertOptions(
+        column_types={ROUND: round_type, CLIENT_ID: pa.string()}, include_columns=include,
+        null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=False)
+    skip = emitted
+    try:
+      stream = pa.input_stream(path, compression="gzip" if fmt.gzip else None)
+      reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_SIZE),
+                              convert_options=convert)
+      while True:
+        try:
+          batch = reader.read_next_batch()
+        except StopIteration:
+          return
+        if skip:
+          if batch.num_rows <= skip:
+            skip -= batch.num_rows
+            continue
+          batch = batch.slice(skip)
+          skip = 0
+        emitted += batch.num_rows
+        yield batch
+    except pa.ArrowInvalid as e:
+      if pa.types.is_integer(round_type) and "conversion error to int64" in str(e):
+        continue
+      raise _arrow_error(path, e) from None
+    except (pa.ArrowIOError, OSError, EOFError) as e:
+      raise _arrow_error(path, e) from None
 
 
 def _iter_jsonl(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Iterator[Any]:
@@ -372,67 +389,114 @@ def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _IdPacker:
-  """Packs short client ids losslessly into int64 keys, vectorized (no Python objects per row).
+  """Packs short client ids losslessly into 64-bit keys, vectorized (no Python objects per row).
 
-  An id of bytes s_0..s_{L-1} becomes sum_j sym(s_j) · base^(Lmax-1-j), where sym maps the bytes
-  occurring in the log to 1..A (in byte order) and the missing positions of shorter ids are 0
-  (base = A + 1). This is injective (0 only pads the end) and requires base^Lmax < 2^63: e.g. decimal
-  ids up to 18 characters, hex ids up to 15, alphanumeric ids up to 10. ``unpack`` inverts it.
+  Two encodings, chosen once all ids have been observed (``fits``):
+  - ``raw``: ASCII ids of at most 8 bytes, right-padded with a byte that occurs in no id, are read
+    as one little-endian 64-bit word each (injective since the pad byte only fills the end);
+  - ``compact``: an id of bytes s_0..s_{L-1} becomes sum_j sym(s_j) · base^(Lmax-1-j), where sym maps
+    the bytes occurring in the log to 1..A (in byte order) and the positions past the end of shorter
+    ids are 0 (base = A + 1). Injective (0 only pads the end); requires base^Lmax < 2^63: e.g.
+    decimal ids up to 18 characters, hex ids up to 15, alphanumeric ids up to 10.
+  ``unpack`` inverts either encoding. Longer ids are not packed (the caller hashes the strings).
   """
 
   def __init__(self):
     self.present = np.zeros(256, dtype=bool)
     self.max_len = 0
-    self.rows = 0
 
   def observe(self, arr: pa.Array) -> None:
     if not len(arr):
       return
     offsets, data = _string_buffers(arr)
-    self.rows += len(arr)
     self.max_len = max(self.max_len, int(np.diff(offsets).max()))
     if self.fits():  # Only worth scanning the bytes while packing is still possible.
-      self.present |= np.bincount(data[offsets[0]:offsets[-1]], minlength=256) > 0
+      used = pc.unique(pa.array(data[int(offsets[0]):int(offsets[-1])])).to_numpy()
+      self.present[used] = True
 
   @property
   def base(self) -> int:
     return int(self.present.sum()) + 1
 
-  def fits(self) -> bool:
-    return self.max_len > 0 and self.base ** self.max_len < 2**63
+  @property
+  def pad(self) -> Optional[int]:
+    """An ASCII byte (1..127) occurring in no id, when all ids are ASCII; else None."""
+    if self.present[128:].any():
+      return None
+    free = np.flatnonzero(~self.present[1:128])
+    return int(free[-1]) + 1 if free.size else None
 
-  def _lut(self) -> np.ndarray:
-    lut = np.zeros(256, dtype=np.int64)
-    lut[self.present] = np.arange(1, self.base, dtype=np.int64)
+  @property
+  def raw(self) -> bool:
+    return 0 < self.max_len <= 8 and self.pad is not None
+
+  def fits(self) -> bool:
+    return self.max_len > 0 and (self.raw or self.base ** self.max_len < 2**63)
+
+  def _lut(self, dtype=np.int64) -> np.ndarray:
+    lut = np.zeros(256, dtype=dtype)
+    lut[self.present] = np.arange(1, self.base, dtype=dtype)
     return lut
 
+  def _padded(self, arr: pa.Array, width: int) -> Optional[np.ndarray]:
+    """[rows, width] uint8 matrix of the ids right-padded with ``pad`` (ASCII only), or None."""
+    pad = self.pad
+    if pad is None:
+      return None
+    padded = pc.ascii_rpad(arr, width=width, padding=chr(pad))
+    offsets, data = _string_buffers(padded)
+    n = len(padded)
+    if int(offsets[-1]) - int(offsets[0]) != n * width:  # Not fixed-width: let the caller gather.
+      return None
+    return data[int(offsets[0]):int(offsets[-1])].reshape(n, width)
+
   def pack(self, arr: pa.Array) -> np.ndarray:
+    if self.raw:
+      mat = self._padded(arr, 8)
+      if mat is not None:
+        return np.ascontiguousarray(mat).view("<u8").reshape(-1).view(np.int64)
+      raise AssertionError("raw id packing needs fixed-width padded ids")  # Unreachable for ASCII.
+    base = self.base
+    key = np.zeros(len(arr), dtype=np.int64)
+    mat = self._padded(arr, self.max_len)
+    if mat is not None:  # Pad byte maps to symbol 0.
+      syms = np.take(self._lut(np.uint8), mat)
+      for j in range(self.max_len):
+        key *= base
+        key += syms[:, j]
+      return key
     offsets, data = _string_buffers(arr)
     lut = self._lut()
     starts = offsets[:-1].astype(np.int64)
     lengths = np.diff(offsets).astype(np.int64)
     last = max(int(offsets[-1]) - 1, 0)
-    key = np.zeros(len(arr), dtype=np.int64)
     sym = np.empty(len(arr), dtype=np.int64)
     for j in range(self.max_len):
       pos = np.minimum(starts + j, last)
       np.take(lut, data[pos], out=sym)
       sym[lengths <= j] = 0
-      key *= self.base
+      key *= base
       key += sym
     return key
 
   def unpack(self, keys: np.ndarray) -> pa.Array:
     """The string ids of packed keys (same order)."""
-    keys = np.asarray(keys, dtype=np.int64).copy()
-    u, width = keys.shape[0], self.max_len
-    inv = np.flatnonzero(self.present).astype(np.uint8)  # symbol s (1-based) -> byte inv[s-1]
-    syms = np.empty((u, width), dtype=np.int64)
-    for j in range(width - 1, -1, -1):
-      syms[:, j] = keys % self.base
-      keys //= self.base
-    mask = syms > 0
-    data = inv[syms[mask] - 1]
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    u = keys.shape[0]
+    if self.raw:
+      mat = keys.view(np.uint8).reshape(u, 8)
+      mask = mat != self.pad
+      data = mat[mask]
+    else:
+      keys = keys.copy()
+      base = self.base
+      inv = np.flatnonzero(self.present).astype(np.uint8)  # symbol s (1-based) -> byte inv[s-1]
+      syms = np.empty((u, self.max_len), dtype=np.int64)
+      for j in range(self.max_len - 1, -1, -1):
+        syms[:, j] = keys % base
+        keys //= base
+      mask = syms > 0
+      data = inv[syms[mask] - 1]
     offsets = np.zeros(u + 1, dtype=np.int64)
     np.cumsum(mask.sum(axis=1), out=offsets[1:])
     if offsets[-1] < 2**31:

@@ -27,11 +27,6 @@ def blt(b):
   return st.load_strategy({"mechanism": "blt", "buf_decay": theta, "output_scale": omega})
 
 
-def test_no_tensorflow_imported():
-  import fedmf.accounting, fedmf.audit, fedmf.participation  # noqa: F401,E401
-  assert "tensorflow" not in sys.modules
-
-
 def test_reference_values():
   # ../shared/reference/values.md, Accounting.
   mu = math.sqrt(2) / 8.35

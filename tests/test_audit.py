@@ -162,4 +162,54 @@ def test_report_files(tmp_path):
                  "Accounting assumptions", "complete", "trusted", "Formal DP statement"]:
     assert phrase in md
   assert paths["markdown"].endswith("report.md")
-  assert "tensorflow" not in sys.modules
+
+
+_ids = hs.one_of(
+    hs.integers(0, 10**19).map(str),
+    hs.text(alphabet="ab", min_size=1, max_size=24),
+    hs.sampled_from(["client-", "client-000000000000000000000", "é", "éé", "日本", "x" * 40]),
+    hs.text(alphabet=hs.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters=',"'),
+            min_size=1, max_size=20),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(hs.lists(hs.tuples(hs.integers(0, 12), _ids), min_size=1, max_size=40),
+       hs.one_of(hs.none(), hs.integers(1, 6)), hs.one_of(hs.none(), hs.integers(1, 4)),
+       hs.booleans(), hs.sampled_from(["csv", "parquet"]))
+def test_audit_log_fast_path_equals_brute_force(tmp_path_factory, rows, B, K, dup, ext):
+  """The file path (packed ids, one key sort) agrees with a Python recomputation, in order."""
+  if dup:
+    rows = rows + rows[::3]
+  path = tmp_path_factory.mktemp("audit") / f"log.{ext}"
+  participation.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
+  res = audit.audit_log(path, BLT, 2.0, 1e-6, min_sep=B, max_participations=K, curve=False,
+                        accountant="analytic")
+  b, k, viol = brute(rows, B, K)
+  assert res.stats.observed_min_sep == b
+  assert res.stats.observed_max_participations == k
+  assert res.stats.clients == len({c for _, c in rows})
+  assert res.stats.participations == len(set(rows)) and res.stats.log_rows == len(rows)
+  listed = [(v["client_id"], tuple(v["rounds"]), v["reason"]) for v in res.violations.to_list()]
+  assert set(listed) == viol and len(listed) == len(viol)
+  # Order: clients by first appearance in the log, then reason in REASONS order.
+  first = {c: i for i, c in reversed(list(enumerate(c for _, c in rows)))}
+  assert listed == sorted(listed, key=lambda v: (first[v[0]], audit.REASONS.index(v[2])))
+  assert [(v.client_id, v.rounds, v.reason) for v in res.violations] == listed
+
+
+@pytest.mark.parametrize("max_round,num_clients", [(1023, 50), (1024, 50), (1023, 2**23), (0, 3)])
+def test_log_statistics_key_layouts_equal_brute_force(max_round, num_clients):
+  """uint32 and int64 (code << bits | round) keys, R a power of two or not, agree with brute force."""
+  rng = np.random.default_rng(max_round + num_clients)
+  n = 3000
+  rounds = rng.integers(0, max_round + 1, n)
+  rounds[0] = max_round
+  codes = rng.integers(0, 50 if max_round else 3, n)
+  rows = [(int(r), str(c)) for r, c in zip(rounds, codes)]
+  stats, viol = audit.log_statistics(rounds.astype(np.int64), codes.astype(np.int32), num_clients,
+                                     max(1, max_round // 20), 40, None)
+  b, k, expected = brute(rows, max(1, max_round // 20), 40)
+  assert stats.observed_min_sep == b and stats.observed_max_participations == k
+  assert {(v.client_id, v.rounds, v.reason) for v in viol} == expected
+  assert stats.participations == len(set(rows)) and stats.clients == num_clients

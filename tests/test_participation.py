@@ -112,3 +112,79 @@ def test_random_roundtrip(tmp_path_factory, rows, ext):
   arr = P.read_participation_arrays(path)
   assert list(zip(arr.rounds.tolist(), [arr.client_ids[c].as_py() for c in arr.codes])) == rows
   os.remove(path)
+
+
+# Client ids of various shapes: decimal (packed raw or compact), long ids sharing prefixes (> 16 bytes,
+# not packable when the alphabet is large), unicode (the non-ASCII packing path) and odd ASCII.
+_ids = hs.one_of(
+    hs.integers(0, 10**20).map(str),
+    hs.text(alphabet="ab", min_size=1, max_size=24),
+    hs.sampled_from(["client-", "client-000000000000000000000", "é", "éé", "日本", "a b", "~",
+                     "x" * 40, "0", "00", "000"]),
+    hs.text(alphabet=hs.characters(blacklist_categories=("Cs", "Cc"),
+                                   blacklist_characters=',"'), min_size=1, max_size=20),
+)
+
+
+def _check_arrays(arr, rounds, ids):
+  """Codes number the ids in order of first appearance, as dictionary_encode would."""
+  expected_dict = list(dict.fromkeys(ids))
+  assert arr.client_ids.to_pylist() == expected_dict
+  index = {c: i for i, c in enumerate(expected_dict)}
+  assert arr.codes.tolist() == [index[c] for c in ids]
+  assert arr.rounds.tolist() == list(rounds)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hs.lists(hs.tuples(hs.integers(0, 50), _ids), min_size=1, max_size=60),
+       hs.sampled_from(["csv", "parquet", "jsonl"]), hs.booleans())
+def test_arrays_match_python_on_random_ids(tmp_path_factory, rows, ext, dup):
+  if dup:  # Repeated (round, client) rows and repeated clients.
+    rows = rows + rows[: len(rows) // 2]
+  path = tmp_path_factory.mktemp("ids") / f"log.{ext}"
+  P.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
+  arr = P.read_participation_arrays(path)
+  _check_arrays(arr, [r for r, _ in rows], [c for _, c in rows])
+  os.remove(path)
+
+
+@pytest.mark.parametrize("ids,mode", [
+    (["1", "12", "12345678", "007", "7", "12"], "raw"),
+    (["123456789012", "1", "123456789012", "0000000000000000"], "compact"),
+    (["é", "éé", "a", "é", "aé"], "compact"),  # Non-ASCII: the gather path.
+    (["a\x00", "a", "\x00", "a\x00"], "raw"),
+    (["x" * 39, "y", "x" * 38], "compact"),  # 3^39 < 2^63.
+    ([chr(i) for i in range(1, 128)] * 2, "compact"),  # No free pad byte.
+    (["0123456789abcdef0123", "f"], None),  # 17^20 >= 2^63: not packed.
+])
+def test_id_packer_modes_roundtrip(ids, mode):
+  arr = pa.array(ids, pa.string())
+  for a in (arr, pa.concat_arrays([pa.array(["zz"]), arr]).slice(1)):  # Also a sliced array.
+    packer = P._IdPacker()
+    packer.observe(a)
+    if mode is None:
+      assert not packer.fits()
+      continue
+    assert packer.fits() and packer.raw == (mode == "raw")
+    keys = packer.pack(a)
+    assert keys.dtype == np.int64 and keys.shape == (len(ids),)
+    # Injective: equal keys exactly for equal ids; unpack inverts.
+    assert len(set(keys.tolist())) == len(set(ids))
+    assert {k: c for k, c in zip(keys.tolist(), ids)} == dict(zip(keys.tolist(), ids))
+    assert packer.unpack(keys).to_pylist() == ids
+
+
+def test_csv_integral_float_rounds_after_first_block(tmp_path, monkeypatch):
+  """Rounds parse as int64 first; a later '3.0' re-reads as float64 without losing or repeating rows."""
+  monkeypatch.setattr(P, "_CSV_BLOCK_SIZE", 64)
+  rows = [(i % 7, f"c{i % 13}") for i in range(200)]
+  text = "round,client_id\n" + "".join(f"{r},{c}\n" for r, c in rows[:150])
+  text += "".join(f"{r}.0,{c}\n" for r, c in rows[150:])
+  path = tmp_path / "log.csv"
+  path.write_text(text)
+  t = P.read_participation_log(path)
+  assert list(zip(t.column("round").to_pylist(), t.column("client_id").to_pylist())) == rows
+  _check_arrays(P.read_participation_arrays(path), [r for r, _ in rows], [c for _, c in rows])
+  path.write_text(text + "2.5,c1\n")
+  with pytest.raises(P.ParticipationLogError, match="row 201: non-integer round 2.5"):
+    P.read_participation_arrays(path)

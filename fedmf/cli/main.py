@@ -19,7 +19,7 @@ from fedmf import __version__
 from fedmf.errors import FedmfUserError
 
 # Registered subcommand modules, in help order. A module is listed here only once its command works.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("fedmf.cli.strategy", "fedmf.cli.account", "fedmf.cli.audit")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("fedmf.cli.strategy", "fedmf.cli.account", "fedmf.cli.audit", "fedmf.cli.simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

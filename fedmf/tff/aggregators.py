@@ -1,0 +1,232 @@
+"""DP mean aggregators with correlated (matrix-mechanism) noise for TFF.
+
+Layer 3 of docs/architecture.md; notation from there and mechanisms.md.
+
+`build_dp_aggregator(strategy, ...)` returns a
+`tff.aggregators.UnweightedAggregationFactory`. Its process, in round i
+(0-based, counted by the aggregator itself):
+
+1. each client update is L2-clipped to `clip_norm` over the whole model as one
+   vector (tf.clip_by_global_norm semantics, with an overflow-safe norm);
+   non-finite updates are replaced by zeros and counted;
+2. the clipped updates are summed, and the noise
+   `clip_norm · noise_multiplier · [C⁻¹ z]_i` is added (BandMF Alg. 1, BLT
+   Eq. 1/4; for the tree, the decoder's per-round noise), with z from
+   `tf.random.stateless_normal` keyed by (noise_seed, i, tensor index);
+3. the result is divided by the fixed `clients_per_round` (the DP mean).
+
+State (at SERVER, all tensors): `seed` (int64[2], secret), `round` (int64),
+`noise` (the stream's buffers, see `fedmf.tff.noise`). Feeding a saved state
+back continues with bit-identical noise.
+
+Measurements: `round`, `clipped_count`, `zeroed_count`, `noise_stddev` =
+clip·σ·‖row_i of C⁻¹‖ / clients_per_round (std of one coordinate of the noise in
+this round's mean). The seed and the raw noise are never measured.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.types import type_conversions
+
+from fedmf.errors import FedmfUserError
+from fedmf.tff import noise as noise_lib
+
+__all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory', 'draw_noise_seed']
+
+
+def draw_noise_seed() -> int:
+  """A 63-bit seed from OS randomness (`os.urandom`)."""
+  return int.from_bytes(os.urandom(8), 'little') >> 1
+
+
+def _seed_pair(seed: int) -> np.ndarray:
+  """Splits a Python int seed into the int64[2] key of the stateless RNG."""
+  seed = int(seed)
+  if seed < 0:
+    raise FedmfUserError(f'noise_seed must be non-negative, got {seed}')
+  lo = seed & ((1 << 63) - 1)
+  hi = (seed >> 63) & ((1 << 63) - 1)
+  return np.array([lo, hi], np.int64)
+
+
+def _flatten(value: Any) -> list:
+  if isinstance(value, tff.structure.Struct):
+    return tff.structure.flatten(value)
+  return tf.nest.flatten(value)
+
+
+def _global_norm(tensors: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+  """‖x‖ over all tensors as one vector, overflow-safe, as (peak, relative).
+
+  ‖x‖ = peak · relative, with peak = max |entry| (float64 scalars). Entries are
+  divided by the peak before squaring, so huge finite updates (e.g. 3e38 in
+  float32) get their true norm instead of inf.
+  """
+  peaks = [tf.cast(tf.reduce_max(tf.abs(t)), tf.float64) for t in tensors
+           if t.shape.num_elements() != 0]
+  if not peaks:
+    return tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
+  peak = tf.reduce_max(tf.stack(peaks))
+  safe = tf.where(peak > 0.0, peak, 1.0)
+  sq = tf.add_n([
+      tf.cast(tf.reduce_sum(tf.square(t / tf.cast(safe, t.dtype))), tf.float64)
+      for t in tensors
+  ])
+  return safe, tf.sqrt(sq)
+
+
+class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Clip, sum, add streaming correlated noise, divide by clients_per_round."""
+
+  def __init__(self, stream: noise_lib.NoiseStream, *, noise_multiplier: float,
+               clip_norm: float, clients_per_round: float,
+               noise_seed: Optional[int] = None):
+    if not noise_multiplier >= 0.0 or not np.isfinite(noise_multiplier):
+      raise FedmfUserError(
+          f'noise_multiplier must be finite and >= 0, got {noise_multiplier}')
+    if not clip_norm > 0.0 or not np.isfinite(clip_norm):
+      raise FedmfUserError(f'clip_norm must be finite and > 0, got {clip_norm}')
+    if not clients_per_round > 0.0 or not np.isfinite(clients_per_round):
+      raise FedmfUserError(
+          f'clients_per_round must be finite and > 0, got {clients_per_round}')
+    self._stream = stream
+    self._noise_multiplier = float(noise_multiplier)
+    self._clip_norm = float(clip_norm)
+    self._clients_per_round = float(clients_per_round)
+    self._seed = None if noise_seed is None else _seed_pair(noise_seed)
+
+  @property
+  def stream(self) -> noise_lib.NoiseStream:
+    return self._stream
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    if not tff.types.is_structure_of_floats(value_type):
+      raise TypeError(f'value_type must be a structure of floats, got {value_type}')
+    specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
+    specs = tf.nest.flatten(specs_struct)
+    stream = self._stream
+    clip = self._clip_norm
+    scale = self._clip_norm * self._noise_multiplier
+    cpr = self._clients_per_round
+    fixed_seed = self._seed
+
+    @tff.tensorflow.computation
+    def init_tf():
+      if fixed_seed is None:
+        # Drawn anew by every `initialize` call from TF's OS-seeded generator,
+        # so the secret never appears in the serialized computation.
+        seed = tf.random.uniform([2], minval=0, maxval=tf.int64.max,
+                                 dtype=tf.int64)
+      else:
+        seed = tf.constant(fixed_seed, tf.int64)
+      return collections.OrderedDict(
+          seed=seed, round=tf.constant(0, tf.int64),
+          noise=stream.initial_state(specs))
+
+    state_type = init_tf.type_signature.result
+
+    @tff.tensorflow.computation(value_type)
+    def clip_tf(value):
+      flat = _flatten(value)
+      finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
+      peak, relative = _global_norm(flat)
+      norm = peak * relative
+      clipping = tf.logical_and(finite, norm > clip)
+      # Clipped: (t / peak) · (clip / relative), both factors well scaled, so
+      # no overflow or flush-to-zero for huge updates; unclipped: t unchanged.
+      # Non-finite: zeros (explicitly: NaN·0 is NaN).
+      clipped = []
+      for t in flat:
+        div = tf.cast(tf.where(clipping, peak, 1.0), t.dtype)
+        mul = tf.cast(tf.where(clipping, clip / tf.maximum(relative, 1e-300),
+                               1.0), t.dtype)
+        clipped.append(tf.where(finite, (t / div) * mul, tf.zeros_like(t)))
+      was_clipped = tf.cast(clipping, tf.int32)
+      was_zeroed = tf.cast(tf.logical_not(finite), tf.int32)
+      return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped,
+              was_zeroed)
+
+    sum_type = clip_tf.type_signature.result[0]
+
+    @tff.tensorflow.computation(state_type, sum_type)
+    def noise_tf(state, total):
+      flat = _flatten(total)
+      round_index = state['round']
+      # Past a banded strategy's horizon: fail loudly, before any table lookup.
+      with tf.control_dependencies(noise_lib.horizon_checks(stream, round_index)):
+        round_index = tf.identity(round_index)
+        row_norm = stream.row_norm(state['noise'], round_index)
+        noises, new_noise_state = stream.generate(state['noise'], round_index,
+                                                  state['seed'], specs)
+      mean = [(t + tf.cast(scale, t.dtype) * z) / tf.cast(cpr, t.dtype)
+              for t, z in zip(flat, noises)]
+      new_state = collections.OrderedDict(
+          seed=state['seed'], round=round_index + 1, noise=new_noise_state)
+      stddev = tf.cast(scale * row_norm / cpr, tf.float32)
+      return (new_state, tf.nest.pack_sequence_as(specs_struct, mean),
+              round_index, stddev)
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_eval(init_tf, tff.SERVER)
+
+    @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      clipped, was_clipped, was_zeroed = tff.federated_map(clip_tf, value)
+      total = tff.federated_sum(clipped)
+      new_state, mean, round_index, stddev = tff.federated_map(
+          noise_tf, (state, total))
+      measurements = tff.federated_zip(collections.OrderedDict(
+          round=round_index,
+          clipped_count=tff.federated_sum(was_clipped),
+          zeroed_count=tff.federated_sum(was_zeroed),
+          noise_stddev=stddev))
+      return tff.templates.MeasuredProcessOutput(
+          state=new_state, result=mean, measurements=measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def build_dp_aggregator(
+    strategy: Any,
+    *,
+    noise_multiplier: float,
+    clip_norm: float,
+    clients_per_round: Union[int, float],
+    noise_seed: Optional[int] = None,
+    num_rounds: Optional[int] = None,
+) -> tff.aggregators.UnweightedAggregationFactory:
+  """The DP-mean aggregator factory for a correlated-noise strategy.
+
+  Args:
+    strategy: a strategy object, a dict in the strategy JSON schema, or a path
+      to a strategy JSON file, read by `fedmf.mf.strategies.load_strategy`.
+      Mechanisms: dpsgd, blt, bandmf, band-toeplitz, tree (vanilla or
+      online-honaker; full-honaker does not stream and is refused).
+    noise_multiplier: σ, applied to C as loaded (sensitivity is the
+      accountant's business): the sum gets clip_norm·σ·[C⁻¹ z]_i.
+    clip_norm: ζ, the L2 bound on each client update over the whole model.
+    clients_per_round: the fixed denominator of the DP mean.
+    noise_seed: a non-negative int. None draws a fresh seed from OS randomness
+      in every `initialize()`. The seed lives in the server state: checkpoints
+      of the state are secret.
+    num_rounds: the horizon n for banded strategies (default: the BandMF
+      file's n; required for a column-normalized band-toeplitz). Running past
+      it fails with an InvalidArgumentError naming the horizon.
+
+  Returns:
+    A `tff.aggregators.UnweightedAggregationFactory`; wrap it with
+    `tff.aggregators.as_weighted_aggregator` for weighted FedAvg.
+  """
+  stream = noise_lib.make_noise_stream(strategy, num_rounds=num_rounds)
+  return CorrelatedNoiseFactory(
+      stream, noise_multiplier=noise_multiplier, clip_norm=clip_norm,
+      clients_per_round=clients_per_round, noise_seed=noise_seed)

@@ -1,0 +1,265 @@
+"""An owned local TFF C++ execution context that leaves no `worker_binary` behind.
+
+Layer 3 of docs/architecture.md (`fedmf.tff`).
+
+TFF 0.87's default context (installed on `import tensorflow_federated`) lazily
+spawns `tensorflow_federated/data/worker_binary`, a gRPC executor service. That
+process is only killed from a `__del__` of an object hidden in a closure, so it
+often outlives Python, and it inherits the parent's stdout/stderr: a shell
+pipeline such as `python x.py | tail` then never sees EOF and hangs.
+
+This module builds the same stack as
+`tff.backends.native.create_sync_local_cpp_execution_context()` (same compiler,
+same remote executor), but it owns the worker process:
+
+* the worker's stdout/stderr go to /dev/null (or a log file), never to our pipes;
+* on Linux the worker gets `PR_SET_PDEATHSIG = SIGKILL`, so it dies with the
+  thread that started it even if Python is killed with SIGKILL;
+* `LocalExecutionContext.close()` (called on exiting `local_execution_context()`)
+  sends SIGINT, waits, then SIGKILLs;
+* an `atexit` hook closes every context still open at interpreter exit.
+
+Usage:
+
+  with local_execution_context():
+    process = build_some_tff_process()
+    state = process.initialize()
+
+or, for command-line programs, `ensure_context()` once at start-up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Optional
+
+import grpc
+import portpicker
+import tensorflow_federated as tff
+# TFF-internal modules: the same ones `create_sync_local_cpp_execution_context`
+# uses (TFF is pinned to 0.87.0 in pyproject.toml).
+from tensorflow_federated.python.core.backends.native import compiler as _native_compiler
+from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation as _tf_computation
+from tensorflow_federated.python.core.impl.types import placements as _placements
+
+__all__ = [
+    'LocalExecutionContext',
+    'create_local_execution_context',
+    'local_execution_context',
+    'ensure_context',
+    'close_all',
+    'worker_binary_path',
+]
+
+_GRPC_MAX_MESSAGE_LENGTH_BYTES = 2 * 1000 * 1000 * 1000
+_GRPC_CHANNEL_OPTIONS = [
+    ('grpc.max_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
+    ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
+    ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
+]
+_READY_POLL_SEC = 0.05
+_READY_TIMEOUT_SEC = 120.0
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_binary_path() -> str:
+  """Path of TFF's C++ `worker_binary` shipped inside the wheel."""
+  return os.path.normpath(
+      os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary'))
+
+
+def _set_pdeathsig() -> None:  # Runs in the child between fork and exec.
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  except Exception:  # pylint: disable=broad-except
+    pass
+
+
+class _WorkerService:
+  """Starts, restarts and stops one `worker_binary` gRPC service."""
+
+  def __init__(self, max_concurrent_computation_calls: int,
+               log_path: Optional[str]):
+    self._max_calls = max_concurrent_computation_calls
+    self._log_path = log_path
+    self._lock = threading.RLock()
+    self._process: Optional[subprocess.Popen] = None
+    self._channel: Optional[grpc.Channel] = None
+    self._stub = None
+    self._closed = False
+
+  @property
+  def pid(self) -> Optional[int]:
+    return None if self._process is None else self._process.pid
+
+  def _start(self) -> None:
+    binary = worker_binary_path()
+    if not os.path.isfile(binary):
+      raise RuntimeError(f'TFF worker binary not found at {binary}.')
+    port = portpicker.pick_unused_port()
+    if self._log_path:
+      out = open(self._log_path, 'ab')  # pylint: disable=consider-using-with
+    else:
+      out = subprocess.DEVNULL
+    try:
+      self._process = subprocess.Popen(  # pylint: disable=consider-using-with
+          [binary, f'--port={port}',
+           f'--max_concurrent_computation_calls={self._max_calls}'],
+          stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True,
+          preexec_fn=_set_pdeathsig if sys.platform.startswith('linux') else None)
+    finally:
+      if out is not subprocess.DEVNULL:
+        out.close()
+    self._channel = grpc.insecure_channel(f'localhost:{port}',
+                                          _GRPC_CHANNEL_OPTIONS)
+    self._stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
+    deadline = time.monotonic() + _READY_TIMEOUT_SEC
+    while not self._stub.is_ready:
+      if self._process.poll() is not None:
+        raise RuntimeError(
+            f'TFF worker_binary exited with code {self._process.returncode}.')
+      if time.monotonic() > deadline:
+        self._stop_process()
+        raise RuntimeError('TFF worker_binary did not become ready in time.')
+      time.sleep(_READY_POLL_SEC)
+
+  def get_stub(self):
+    with self._lock:
+      if self._closed:
+        raise RuntimeError('This fedmf LocalExecutionContext has been closed.')
+      if self._stub is not None and self._stub.is_ready:
+        return self._stub
+      self._stop_process()  # Dead or unresponsive: restart (as TFF does).
+      self._start()
+      return self._stub
+
+  def _stop_process(self, timeout: float = 5.0) -> None:
+    if self._channel is not None:
+      with contextlib.suppress(Exception):
+        self._channel.close()
+    self._channel = None
+    self._stub = None
+    proc, self._process = self._process, None
+    if proc is None or proc.poll() is not None:
+      return
+    # SIGINT is what TFF itself sends; escalate to SIGKILL if it lingers.
+    with contextlib.suppress(ProcessLookupError):
+      proc.send_signal(signal.SIGINT)
+    try:
+      proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+      proc.wait()
+
+  def close(self) -> None:
+    with self._lock:
+      self._closed = True
+      self._stop_process()
+
+
+class LocalExecutionContext(tff.framework.SyncExecutionContext):
+  """A synchronous local C++ context whose `worker_binary` we own and close."""
+
+  def __init__(self, *, default_num_clients: int = 0,
+               max_concurrent_computation_calls: int = -1,
+               log_path: Optional[str] = None):
+    self._service = _WorkerService(max_concurrent_computation_calls, log_path)
+    service = self._service
+
+    def stack_fn(cardinalities):
+      if cardinalities.get(_placements.CLIENTS) is None:
+        cardinalities[_placements.CLIENTS] = default_num_clients
+      ex = tff.framework.RemoteExecutor(service.get_stub())
+      ex.set_cardinalities(cardinalities)
+      return ex
+
+    factory = tff.framework.ResourceManagingExecutorFactory(
+        executor_stack_fn=stack_fn)
+    super().__init__(
+        executor_fn=factory,
+        compiler_fn=_native_compiler.desugar_and_transform_to_native,
+        transform_args=_tf_computation.transform_args,
+        transform_result=_tf_computation.transform_result)
+    # Start now, from the calling (usually main) thread: PR_SET_PDEATHSIG is
+    # tied to the thread that forks, and the main thread lives longest.
+    self._service.get_stub()
+    _LIVE_CONTEXTS.add(self)
+
+  @property
+  def worker_pid(self) -> Optional[int]:
+    """PID of the running worker_binary, or None when none is running."""
+    return self._service.pid
+
+  def close(self) -> None:
+    """Stops the worker. Idempotent. Later invocations raise RuntimeError."""
+    executors = getattr(self.executor_factory, '_executors', {})
+    for ex in list(executors.values()):
+      with contextlib.suppress(Exception):
+        ex.close()
+    with contextlib.suppress(Exception):
+      executors.clear()
+    self._service.close()
+    _LIVE_CONTEXTS.discard(self)
+
+
+_LIVE_CONTEXTS: 'weakref.WeakSet[LocalExecutionContext]' = weakref.WeakSet()
+_DEFAULT: Optional[LocalExecutionContext] = None
+
+
+def close_all() -> None:
+  """Closes every `LocalExecutionContext` still open (registered at exit)."""
+  global _DEFAULT
+  for ctx in list(_LIVE_CONTEXTS):
+    ctx.close()
+  _DEFAULT = None
+
+
+atexit.register(close_all)
+
+
+def create_local_execution_context(**kwargs) -> LocalExecutionContext:
+  """Creates (and starts) a `LocalExecutionContext`; the caller closes it."""
+  return LocalExecutionContext(**kwargs)
+
+
+@contextlib.contextmanager
+def local_execution_context(**kwargs) -> Iterator[LocalExecutionContext]:
+  """Installs a fresh owned local C++ context; kills its worker on exit.
+
+  Args:
+    **kwargs: `default_num_clients`, `max_concurrent_computation_calls`,
+      `log_path` (worker stdout/stderr; default /dev/null).
+
+  Yields:
+    The installed `LocalExecutionContext`.
+  """
+  ctx = LocalExecutionContext(**kwargs)
+  try:
+    with tff.framework.get_context_stack().install(ctx):
+      yield ctx
+  finally:
+    ctx.close()
+
+
+def ensure_context(**kwargs) -> LocalExecutionContext:
+  """Sets an owned local context as TFF's default (idempotent; closed at exit).
+
+  Meant for command-line programs: call once before building computations.
+  """
+  global _DEFAULT
+  if _DEFAULT is None or _DEFAULT not in _LIVE_CONTEXTS:
+    _DEFAULT = LocalExecutionContext(**kwargs)
+    tff.framework.set_default_context(_DEFAULT)
+  return _DEFAULT
