@@ -20,10 +20,8 @@ import numpy as np
 import scipy.optimize
 import scipy.signal
 
-try:
-  from fedmf.mf.sensitivity import AssumptionError
-except ImportError:  # pragma: no cover - sensitivity.py written concurrently.
-  AssumptionError = ValueError  # type: ignore[misc,assignment]
+from fedmf.mf import sensitivity
+from fedmf.mf.sensitivity import AssumptionError
 
 __all__ = [
     'blt_coefs',
@@ -243,22 +241,6 @@ def check_blt_sensitivity_assumptions(buf_decay: Any, output_scale: Any) -> None
         f'sum(output_scale) = {np.sum(omega)} > 1: coefficients increase')
 
 
-def _min_sep_shifts(n: int, min_sep: int, max_participations: int) -> list[int]:
-  if min_sep < 1 or max_participations < 1:
-    raise ValueError('min_sep and max_participations must be >= 1')
-  k_eff = min(max_participations, -(-n // min_sep))
-  return [m * min_sep for m in range(k_eff)]
-
-
-def _cbar(c: np.ndarray, shifts: Sequence[int]) -> np.ndarray:
-  """c̄ = C u(π*) = Σ_m shift(c, m·b) (001 Alg. 4)."""
-  n = c.size
-  cbar = np.zeros(n)
-  for s in shifts:
-    cbar[s:] += c[:n - s]
-  return cbar
-
-
 def blt_sensitivity(buf_decay: Any, output_scale: Any, n: int, min_sep: int,
                     max_participations: int, check: bool = True) -> float:
   """Exact b-min-sep sensitivity ‖C u(π*)‖, π* = (0, b, 2b, …) < n (001 Thm 3.1).
@@ -269,7 +251,7 @@ def blt_sensitivity(buf_decay: Any, output_scale: Any, n: int, min_sep: int,
   if check:
     check_blt_sensitivity_assumptions(buf_decay, output_scale)
   c = blt_coefs(buf_decay, output_scale, n)
-  cbar = _cbar(c, _min_sep_shifts(n, min_sep, max_participations))
+  cbar = sensitivity.worst_pattern_response(c, sensitivity.worst_pattern_offsets(n, min_sep, max_participations))
   return float(np.sqrt(cbar @ cbar))
 
 
@@ -400,8 +382,8 @@ def blt_loss_and_grad(
   chat = np.empty(n)
   chat[0] = 1.0
   chat[1:] = pw_hat @ omega_hat
-  shifts = _min_sep_shifts(n, min_sep, max_participations)
-  cbar = _cbar(c, shifts)
+  shifts = sensitivity.worst_pattern_offsets(n, min_sep, max_participations)
+  cbar = sensitivity.worst_pattern_response(c, shifts)
   sens = float(np.sqrt(cbar @ cbar))
   if objective == 'max':
     weights = np.ones(n)

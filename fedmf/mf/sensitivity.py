@@ -289,6 +289,27 @@ def _worst_pattern(b: int, k: int) -> np.ndarray:
   return np.arange(k) * b
 
 
+def worst_pattern_offsets(n: int, min_sep: int,
+                          max_participations: Optional[int] = None) -> list[int]:
+  """The rounds of π* = (0, b, 2b, …) < n, at most k of them (001 Thm 3.1)."""
+  b = _check_min_sep(min_sep)
+  return [int(i) for i in _worst_pattern(b, effective_max_participations(n, b, max_participations))]
+
+
+def worst_pattern_response(coefs: np.ndarray, offsets: list[int]) -> np.ndarray:
+  """c̄ = C u(π*) = Σ_{s∈π*} shift(c, s) for C = LtToep(coefs) (n = len(coefs)), in O(n·|π*|).
+
+  Source: 001 Thm 3.1 / Alg. 4. No assumption is checked here: ‖c̄‖ is the exact sensitivity only
+  for non-negative, non-increasing coefs, and a lower bound otherwise (001 Remark 3.2).
+  """
+  c = np.asarray(coefs, dtype=np.float64)
+  n = c.shape[0]
+  c_bar = np.zeros(n)
+  for start in offsets:
+    c_bar[start:] += c[:n - start]
+  return c_bar
+
+
 def toeplitz_sensitivity_exact(
     coefs: np.ndarray,
     n: int,
@@ -315,10 +336,7 @@ def toeplitz_sensitivity_exact(
   n = int(n)
   b = _check_min_sep(min_sep)
   c = _check_toeplitz_coefs(coefs, n)
-  k = effective_max_participations(n, b, max_participations)
-  c_bar = np.zeros(n)
-  for start in _worst_pattern(b, k):
-    c_bar[start:] += c[:n - start]
+  c_bar = worst_pattern_response(c, worst_pattern_offsets(n, b, max_participations))
   return Sensitivity(float(np.linalg.norm(c_bar)), _EXACT, 'toeplitz-thm3.1')
 
 

@@ -23,6 +23,8 @@ import numpy as np
 import scipy.optimize
 import scipy.signal
 
+from fedmf.mf import sensitivity
+
 __all__ = [
     'lt_toeplitz',
     'inverse_coefs',
@@ -130,16 +132,6 @@ def sqrt_coefs(bands: int) -> np.ndarray:
   return c
 
 
-def _participation_shifts(n: int, min_sep: int, max_participations: int):
-  """Offsets 0, b, 2b, … < n of the worst pattern π* (at most k of them)."""
-  if min_sep < 1:
-    raise ValueError(f'min_sep must be >= 1, got {min_sep}')
-  if max_participations < 1:
-    raise ValueError(f'max_participations must be >= 1, got {max_participations}')
-  k_eff = min(max_participations, -(-n // min_sep))
-  return [m * min_sep for m in range(k_eff)]
-
-
 def toeplitz_min_sep_sensitivity_sq(coefs: Any, n: int, min_sep: int,
                                     max_participations: int) -> float:
   """sens² = ‖C u(π*)‖² with π* = (0, b, 2b, …) < n, at most k rounds.
@@ -150,10 +142,8 @@ def toeplitz_min_sep_sensitivity_sq(coefs: Any, n: int, min_sep: int,
   j (the last columns are truncated), so 0, b, 2b, … maximizes the banded rule
   Σ_{j∈π} ‖C[:, j]‖². Otherwise it is only a lower bound (001 Remark 3.2).
   """
-  c = _as_coefs(coefs, n)
-  cbar = np.zeros(n, dtype=np.float64)
-  for s in _participation_shifts(n, min_sep, max_participations):
-    cbar[s:] += c[:n - s]
+  cbar = sensitivity.worst_pattern_response(
+      _as_coefs(coefs, n), sensitivity.worst_pattern_offsets(n, min_sep, max_participations))
   return float(cbar @ cbar)
 
 
@@ -236,7 +226,7 @@ def optimize_band_toeplitz(
   if bands < 1 or bands > n:
     raise ValueError(f'bands must be in [1, n], got {bands}')
   weights = _error_weights(n, objective)
-  shifts = _participation_shifts(n, min_sep, max_participations)
+  shifts = sensitivity.worst_pattern_offsets(n, min_sep, max_participations)
   x0 = sqrt_coefs(bands) if init is None else _as_coefs(init, bands)
   x0 = x0 / x0[0]
   start = time.perf_counter()

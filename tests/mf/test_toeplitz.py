@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
+from fedmf.mf import sensitivity
 from fedmf.mf import toeplitz
 
 
@@ -107,7 +108,7 @@ def test_band_toeplitz_gradient_matches_finite_differences(objective):
   n, bands = 40, 9
   c = _random_coefs(rng, bands)
   weights = toeplitz._error_weights(n, objective)
-  shifts = toeplitz._participation_shifts(n, 9, 4)
+  shifts = sensitivity.worst_pattern_offsets(n, 9, 4)
   loss, sens_sq, err_sq, grad = toeplitz.band_toeplitz_loss_and_grad(
       c, n, shifts, weights)
   assert sens_sq == pytest.approx(
