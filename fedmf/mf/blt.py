@@ -518,7 +518,7 @@ def optimize_blt(
     max_participations: int,
     num_buffers: Optional[int] = None,
     objective: str = 'max',
-    num_starts: int = 4,
+    num_starts: int = 8,
     seed: int = 0,
     progress: ProgressFn = None,
     max_buffers: int = 5,
