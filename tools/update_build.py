@@ -59,6 +59,12 @@ def main():
             f"    deps = {_list(deps)}," if deps else "", ")", ""]
   out += ["py_binary(", '    name = "fedmf",', '    srcs = ["fedmf/cli/main.py"],', '    main = "fedmf/cli/main.py",',
           '    deps = [":cli"],', ")", ""]
+  binaries = [(f, ":tff" if f.startswith("deploy/") or "aggregator" in f else ":privacy")
+              for f in _all_files() if f.startswith(("deploy/", "benchmarks/"))]
+  for src, dep in binaries:
+    name = src[:-3].replace("/", "_")
+    out += ["py_binary(", f'    name = "{name}",', f'    srcs = ["{src}"],', f'    main = "{src}",',
+            f"    deps = {_list([':mf', ':simulation', dep])},", ")", ""]
   tests = [f for f in _all_files() if f.startswith("tests/")]
   helpers = [f for f in tests if not Path(f).name.startswith("test_")]
   out += ["py_library(", '    name = "test_utils",', "    testonly = True,", f"    srcs = {_list(helpers)},", ")", ""]

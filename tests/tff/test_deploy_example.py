@@ -1,0 +1,19 @@
+"""The deployment example builds weighted FedAvg with the DP aggregator and runs rounds."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_weighted_fedavg_example_runs(tmp_path, capsys):
+  spec = importlib.util.spec_from_file_location("fedavg_example", ROOT / "deploy" / "fedavg_example.py")
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  strategy = tmp_path / "blt.json"
+  strategy.write_text('{"mechanism": "blt", "buf_decay": [0.9], "output_scale": [0.3]}')
+  assert example.main(["--strategy", str(strategy), "--rounds", "2", "--clients-per-round", "3", "--weighted"]) == 0
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert [line.split(":")[0] for line in lines] == ["round 0", "round 1"]
+  # Round 0's noise std on the mean is σ·ζ·‖row_0 C⁻¹‖/clients_per_round = 1/3.
+  assert "noise std on the mean 0.3333" in lines[0]
