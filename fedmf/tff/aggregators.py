@@ -120,10 +120,12 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.tensorflow.computation
     def init_tf():
       if fixed_seed is None:
-        # Drawn anew by every `initialize` call from TF's OS-seeded generator,
-        # so the secret never appears in the serialized computation.
-        seed = tf.random.uniform([2], minval=0, maxval=tf.int64.max,
-                                 dtype=tf.int64)
+        # Drawn anew by every `initialize` call from OS entropy, so the secret
+        # never appears in the serialized computation. Not tf.random.uniform:
+        # once a program sets a global seed (tf.random.set_seed, Keras'
+        # set_random_seed), its op seeds are derived from it and the noise
+        # seed would be predictable.
+        seed = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
       else:
         seed = tf.constant(fixed_seed, tf.int64)
       return collections.OrderedDict(

@@ -214,3 +214,15 @@ def test_fed_avg_runs_with_each_mechanism(tff_context, name, weighted):
     assert agg['noise_stddev'] > 0
   weights = process.get_model_weights(state).trainable
   assert all(np.all(np.isfinite(w)) for w in weights)
+
+
+def test_missing_seed_is_unpredictable_even_with_a_global_tf_seed(tff_context):
+  # Programs often fix TF's global seed (tf.random.set_seed, Keras' set_random_seed). The noise
+  # seed must not follow it: two processes built under the same global seed must differ.
+  seeds = []
+  for _ in range(2):
+    tf.random.set_seed(1234)
+    factory = build_dp_aggregator(ALL['dpsgd'], noise_multiplier=SIGMA, clip_norm=CLIP,
+                                  clients_per_round=CPR)
+    seeds.append(np.asarray(factory.create(VALUE_TYPE).initialize()['seed']))
+  assert not np.array_equal(seeds[0], seeds[1])
