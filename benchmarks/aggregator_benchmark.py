@@ -171,7 +171,8 @@ def _run(name, build, data, rounds, agg_state=lambda state: state):
       t = time.perf_counter()
       state = process.next(state, data).state
       times.append(time.perf_counter() - t)
-    row = dict(name=name, median=statistics.median(times), min=min(times),
+    row = dict(name=name, finished=time.strftime('%Y-%m-%dT%H:%M:%S'),
+               load_after=os.getloadavg(), median=statistics.median(times), min=min(times),
                times=times, build=build_s, warmup=warm_s,
                worker_mib=_vm_hwm_mib(ctx.worker_pid),
                state_mib=_state_bytes(agg_state(state)) / 2**20,
@@ -181,7 +182,7 @@ def _run(name, build, data, rounds, agg_state=lambda state: state):
 
 
 def _print_row(mode, row):
-  print(f'[{mode}] {row["name"]:20s} median {row["median"]:7.3f} s  '
+  print(f'{time.strftime("%H:%M:%S")} [{mode}] {row["name"]:20s} median {row["median"]:7.3f} s  '
         f'min {row["min"]:7.3f} s  warm-up {row["warmup"]:7.3f} s  '
         f'build {row["build"]:6.1f} s  state {row["state_mib"]:7.1f} MiB  '
         f'worker peak {row["worker_mib"]:8.0f} MiB  '
