@@ -22,6 +22,7 @@ def _plots(result: audit_lib.AuditResult, out: pathlib.Path) -> dict[str, str]:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
   s = result.stats
   files: dict[str, str] = {}
 
@@ -36,6 +37,7 @@ def _plots(result: audit_lib.AuditResult, out: pathlib.Path) -> dict[str, str]:
       ax.legend()
   else:
     ax.text(0.5, 0.5, "no client participated twice", ha="center", transform=ax.transAxes)
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   ax.set_xlabel("gap between consecutive participations (rounds)")
   ax.set_ylabel("count")
   ax.set_title(f"Gap histogram (observed min-sep b = {s.observed_min_sep})")
@@ -51,6 +53,7 @@ def _plots(result: audit_lib.AuditResult, out: pathlib.Path) -> dict[str, str]:
     ax.axvline(result.declared.max_participations + 0.5, color="tab:red", ls="--",
                label=f"declared K = {result.declared.max_participations}")
     ax.legend()
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   ax.set_xlabel("participations per client")
   ax.set_ylabel("clients")
   ax.set_title(f"Participations per client (observed max k = {s.observed_max_participations})")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from fedmf import __version__
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+  # TensorFlow's C++ start-up chatter (CPU features, CUDA probing) says nothing about the run.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   parser = build_parser()
   args = parser.parse_args(argv)
   logging.basicConfig(
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
       format="%(asctime)s %(levelname)s %(name)s: %(message)s",
       stream=sys.stderr,
   )
+  # absl (TFF) logs per-model INFO lines such as "Adding default num_examples metric".
+  logging.getLogger("absl").setLevel(logging.WARNING)
   if not getattr(args, "func", None):
     parser.print_help()
     return 0 if args.command is None else 2
