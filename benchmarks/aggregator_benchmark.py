@@ -135,7 +135,7 @@ def _state_bytes(state) -> int:
 
 
 def _keras_lstm(vocab, emb, lstm, dense, seq_len):
-  """The StackOverflow next-word LSTM (as in TFF's simple_fedavg/stackoverflow)."""
+  """The StackOverflow next-word LSTM (TFF's stackoverflow baseline shape)."""
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(seq_len,), dtype=tf.int32),
       tf.keras.layers.Embedding(vocab, emb, mask_zero=True),
@@ -172,17 +172,20 @@ def _run(name, build, data, rounds, agg_state=lambda state: state):
       state = process.next(state, data).state
       times.append(time.perf_counter() - t)
     row = dict(name=name, finished=time.strftime('%Y-%m-%dT%H:%M:%S'),
-               load_after=os.getloadavg(), median=statistics.median(times), min=min(times),
+               load_after=os.getloadavg(), median=statistics.median(times),
+               min=min(times),
                times=times, build=build_s, warmup=warm_s,
                worker_mib=_vm_hwm_mib(ctx.worker_pid),
                state_mib=_state_bytes(agg_state(state)) / 2**20,
-               py_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+               py_mib=resource.getrusage(
+                   resource.RUSAGE_SELF).ru_maxrss / 1024.0)
     del state, process
   return row
 
 
 def _print_row(mode, row):
-  print(f'{time.strftime("%H:%M:%S")} [{mode}] {row["name"]:20s} median {row["median"]:7.3f} s  '
+  print(f'{time.strftime("%H:%M:%S")} [{mode}] {row["name"]:20s} '
+        f'median {row["median"]:7.3f} s  '
         f'min {row["min"]:7.3f} s  warm-up {row["warmup"]:7.3f} s  '
         f'build {row["build"]:6.1f} s  state {row["state_mib"]:7.1f} MiB  '
         f'worker peak {row["worker_mib"]:8.0f} MiB  '
