@@ -1,12 +1,12 @@
 """Tests for fedmf.mf.blt: golden values, inverse, Alg. 5, streaming, losses, optimizer."""
 
-import itertools
-
 import numpy as np
 import pytest
 
 from fedmf.mf import blt
 from fedmf.mf import toeplitz
+from fedmf.mf import workloads
+from tests.mf.brute_force import brute_force_patterns
 
 # jax_privacy golden values (shared/reference/values.md).
 GOLD_DECAY = [0.9999528892, 0.9857068667]
@@ -14,15 +14,6 @@ GOLD_SCALE = [0.0122853238, 0.1878393665]
 GOLD_N = 100_000
 
 
-def _prefix(n):
-  return np.tril(np.ones((n, n)))
-
-
-def _patterns(n, min_sep, k):
-  for size in range(1, k + 1):
-    for combo in itertools.combinations(range(n), size):
-      if all(b - a >= min_sep for a, b in zip(combo, combo[1:])):
-        yield combo
 
 
 def _random_interlaced(rng, nbuf):
@@ -93,7 +84,7 @@ def test_min_sep_sensitivity_reference_table(min_sep, k, expected):
   # Independent brute force over 0/1 patterns (X >= 0 here).
   m = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
   brute = max(np.sum(m[:, list(p)].sum(axis=1)**2)
-              for p in _patterns(n, min_sep, k))
+              for p in brute_force_patterns(n, min_sep, k))
   assert sens**2 == pytest.approx(brute, rel=1e-12)
 
 
@@ -207,11 +198,11 @@ def test_losses_match_dense():
   omega = blt.output_scale_from_decays(theta, theta_hat)
   n, min_sep, k = 13, 4, 3
   c_dense = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
-  decoder = _prefix(n) @ np.linalg.inv(c_dense)
+  decoder = workloads.prefix_sum(n) @ np.linalg.inv(c_dense)
   max_err = np.sqrt(np.max(np.sum(decoder**2, axis=1)))
   rms_err = np.linalg.norm(decoder) / np.sqrt(n)
   brute_sens = np.sqrt(max(np.sum(c_dense[:, list(p)].sum(axis=1)**2)
-                           for p in _patterns(n, min_sep, k)))
+                           for p in brute_force_patterns(n, min_sep, k)))
   assert blt.blt_max_error(theta, omega, n) == pytest.approx(max_err, rel=1e-10)
   assert blt.blt_rms_error(theta, omega, n) == pytest.approx(rms_err, rel=1e-10)
   assert blt.blt_sensitivity(theta, omega, n, min_sep, k) == pytest.approx(

@@ -1,24 +1,15 @@
 """Tests for fedmf.mf.toeplitz: structured losses against dense computations."""
 
-import itertools
 
 import numpy as np
 import pytest
 
 from fedmf.mf import sensitivity
 from fedmf.mf import toeplitz
+from fedmf.mf import workloads
+from tests.mf.brute_force import brute_force_patterns
 
 
-def _prefix(n):
-  return np.tril(np.ones((n, n)))
-
-
-def _patterns(n, min_sep, k):
-  """All non-empty index sets with pairwise gaps >= min_sep and size <= k."""
-  for size in range(1, k + 1):
-    for combo in itertools.combinations(range(n), size):
-      if all(b - a >= min_sep for a, b in zip(combo, combo[1:])):
-        yield combo
 
 
 def _random_coefs(rng, bands):
@@ -39,7 +30,7 @@ def test_inverse_and_decoder_coefs_match_dense():
   c_inv_dense = np.linalg.inv(toeplitz.lt_toeplitz(c, n))
   np.testing.assert_allclose(toeplitz.inverse_coefs(c, n), c_inv_dense[:, 0],
                              rtol=1e-10, atol=1e-12)
-  decoder = _prefix(n) @ c_inv_dense
+  decoder = workloads.prefix_sum(n) @ c_inv_dense
   b = toeplitz.prefix_decoder_coefs(c, n)
   np.testing.assert_allclose(toeplitz.lt_toeplitz(b, n), decoder, atol=1e-10)
 
@@ -49,7 +40,7 @@ def test_errors_match_dense(seed):
   rng = np.random.default_rng(seed)
   n = 31
   c = _random_coefs(rng, 1 + seed * 4)
-  decoder = _prefix(n) @ np.linalg.inv(toeplitz.lt_toeplitz(c, n))
+  decoder = workloads.prefix_sum(n) @ np.linalg.inv(toeplitz.lt_toeplitz(c, n))
   row_sq = np.sum(decoder**2, axis=1)
   np.testing.assert_allclose(toeplitz.decoder_row_sq_norms(c, n), row_sq,
                              rtol=1e-10)
@@ -63,7 +54,7 @@ def test_sqrt_coefs_square_to_prefix_sum():
   n = 12
   c = toeplitz.sqrt_coefs(n)
   m = toeplitz.lt_toeplitz(c, n)
-  np.testing.assert_allclose(m @ m, _prefix(n), atol=1e-12)
+  np.testing.assert_allclose(m @ m, workloads.prefix_sum(n), atol=1e-12)
 
 
 def test_column_normalized_matrix():
@@ -84,7 +75,7 @@ def test_banded_sensitivity_matches_brute_force(min_sep, k):
   n = 11
   c = _random_coefs(rng, 3)
   col_sq = np.sum(toeplitz.lt_toeplitz(c, n)**2, axis=0)
-  brute = max(col_sq[list(p)].sum() for p in _patterns(n, min_sep, k))
+  brute = max(col_sq[list(p)].sum() for p in brute_force_patterns(n, min_sep, k))
   got = toeplitz.toeplitz_min_sep_sensitivity_sq(c, n, min_sep, k)
   assert got == pytest.approx(brute, rel=1e-12)
 
@@ -97,7 +88,7 @@ def test_monotone_sensitivity_matches_brute_force(min_sep, k):
   c = np.sort(np.random.default_rng(k).uniform(0.0, 1.0, n))[::-1]
   m = toeplitz.lt_toeplitz(c, n)
   brute = max(np.sum(m[:, list(p)].sum(axis=1)**2)
-              for p in _patterns(n, min_sep, k))
+              for p in brute_force_patterns(n, min_sep, k))
   got = toeplitz.toeplitz_min_sep_sensitivity_sq(c, n, min_sep, k)
   assert got == pytest.approx(brute, rel=1e-12)
 
