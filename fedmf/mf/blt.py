@@ -17,8 +17,6 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-import scipy.optimize
-import scipy.signal
 
 from fedmf.mf import sensitivity
 from fedmf.mf.sensitivity import AssumptionError
@@ -99,6 +97,7 @@ def blt_inverse_coefs(buf_decay: Any, output_scale: Any, n: int) -> np.ndarray:
 
   C⁻¹(x) = q(x)/p(x) (001 §2.4); an IIR filter of order nbuf, O(n·nbuf).
   """
+  import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
   theta, omega = _pair(buf_decay, output_scale)
   impulse = np.zeros(n)
   if n:
@@ -446,6 +445,7 @@ def _optimize_fixed(nbuf: int, n: int, min_sep: int, max_participations: int,
                     penalty: float, max_iter: int,
                     progress: ProgressFn) -> dict:
   """Best of `num_starts` L-BFGS runs for a fixed number of buffers."""
+  import scipy.optimize  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
   best = None
   rejected = []
   for start in range(num_starts):

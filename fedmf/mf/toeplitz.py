@@ -20,8 +20,6 @@ import time
 from typing import Any, Callable, Optional
 
 import numpy as np
-import scipy.optimize
-import scipy.signal
 
 from fedmf.mf import sensitivity
 
@@ -66,6 +64,7 @@ def inverse_coefs(coefs: Any, n: int) -> np.ndarray:
   Scalar forward substitution C ĉ = e_0, run as the IIR filter
   lfilter([1], coefs, impulse): O(n · len(coefs)).
   """
+  import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
   c = np.asarray(coefs, dtype=np.float64).ravel()[:n]
   if c.size == 0 or c[0] == 0.0:
     raise ValueError('coefs[0] (the diagonal) must be non-zero')
@@ -169,6 +168,7 @@ def band_toeplitz_loss_and_grad(
   Sensitivity (001 Alg. 4): c̄ = Σ_m shift(c, m·b), sens² = ‖c̄‖²,
   ∂sens²/∂c_t = 2 Σ_m c̄_{t+m·b}.
   """
+  import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
   bands = coefs.size
   impulse = np.zeros(n)
   impulse[0] = 1.0
@@ -223,6 +223,7 @@ def optimize_band_toeplitz(
     (coefs, info) with info keys loss, sens, error, objective, sens_exact,
     iterations, evaluations, seconds, converged, message.
   """
+  import scipy.optimize  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
   if bands < 1 or bands > n:
     raise ValueError(f'bands must be in [1, n], got {bands}')
   weights = _error_weights(n, objective)
