@@ -157,6 +157,16 @@ def vec_sens(v: np.ndarray,
   return float(_vec_sens_rows(v[None, :], b, k)[0])
 
 
+def _matrix_and_schema(C: np.ndarray, min_sep: int, max_participations: Optional[int]
+                      ) -> tuple[np.ndarray, int, int]:
+  """(C as float64, b, k_eff) after checking C is a matrix and b a valid separation."""
+  C = np.asarray(C, dtype=np.float64)
+  if C.ndim != 2:
+    raise ValueError(f'C must be 2-D, got shape {C.shape}')
+  b = _check_min_sep(min_sep)
+  return C, b, effective_max_participations(C.shape[1], b, max_participations)
+
+
 def single_participation_sensitivity(C: np.ndarray) -> Sensitivity:
   """Returns the maximum column norm of C, the exact k = 1 sensitivity."""
   C = np.asarray(C, dtype=np.float64)
@@ -250,12 +260,7 @@ def gram_upper_bound(C: np.ndarray,
   but large k with small b (e.g. b = 2, k = 1000 at n = 2052) costs tens of
   seconds.
   """
-  C = np.asarray(C, dtype=np.float64)
-  if C.ndim != 2:
-    raise ValueError(f'C must be 2-D, got shape {C.shape}')
-  n = C.shape[1]
-  b = _check_min_sep(min_sep)
-  k = effective_max_participations(n, b, max_participations)
+  C, b, k = _matrix_and_schema(C, min_sep, max_participations)
   abs_x = np.abs(C.T @ C)
   row_bounds = _vec_sens_rows(abs_x, b, k)
   sens_sq = float(_vec_sens_rows(row_bounds[None, :], b, k)[0])
@@ -349,12 +354,7 @@ def toeplitz_lower_bound(C: np.ndarray,
   Source: BLT (001) Remark 3.2. π* is a feasible pattern, so this never
   exceeds the truth; it equals it only where Thm 3.1 applies.
   """
-  C = np.asarray(C, dtype=np.float64)
-  if C.ndim != 2:
-    raise ValueError(f'C must be 2-D, got shape {C.shape}')
-  n = C.shape[1]
-  b = _check_min_sep(min_sep)
-  k = effective_max_participations(n, b, max_participations)
+  C, b, k = _matrix_and_schema(C, min_sep, max_participations)
   value = float(np.linalg.norm(C[:, _worst_pattern(b, k)].sum(axis=1)))
   return Sensitivity(value, _LOWER, 'remark3.2-lower-bound')
 
@@ -373,16 +373,12 @@ def fixed_epoch_sensitivity(
   being tight). Otherwise the sign-aware bound max_o √(Σ_{i,j∈π_o} |X_ij|)
   is returned as an upper bound.
   """
-  C = np.asarray(C, dtype=np.float64)
-  if C.ndim != 2:
-    raise ValueError(f'C must be 2-D, got shape {C.shape}')
-  n = C.shape[1]
-  b = _check_min_sep(min_sep)
-  k = effective_max_participations(n, b, max_participations)
+  C, b, k = _matrix_and_schema(C, min_sep, max_participations)
   x = C.T @ C
   nonneg = bool(np.all(x >= -_TOL * max(float(np.max(np.abs(x))), 1.0)))
   abs_x = x if nonneg else np.abs(x)
   best = 0.0
+  n = C.shape[1]
   for offset in range(min(b, n)):
     pattern = np.arange(offset, n, b)[:k]
     best = max(best, float(abs_x[np.ix_(pattern, pattern)].sum()))
