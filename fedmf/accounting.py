@@ -260,6 +260,13 @@ def _sensitivity(strategy: Any, n: int, min_sep: int | None, max_participations:
   return sensitivity(strategy, n, min_sep, max_participations, method=method)
 
 
+def _schema_sensitivity(strategy: Any, n: int, min_sep: int | None, max_participations: int | None,
+                        method: str):
+  """Validates (n, b, k), then the sensitivity (which also refuses a BandMF built for fewer rounds)."""
+  n, min_sep, max_participations = _validate_schema(n, min_sep, max_participations)
+  return _sensitivity(strategy, n, min_sep, max_participations, method)
+
+
 def check_horizon(strategy: Any, n: int) -> None:
   """Refuses a strategy with a finite horizon (BandMF) built for fewer than n rounds."""
   from fedmf.mf.strategies import check_horizon as _check  # pylint: disable=g-import-not-at-top
@@ -301,10 +308,7 @@ def account(strategy: Any, n: int, min_sep: int | None, max_participations: int 
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
   sigma = validate_noise_multiplier(noise_multiplier)
   delta = validate_delta(delta)
-  strategy = load_strategy(strategy)
-  n, min_sep, max_participations = _validate_schema(n, min_sep, max_participations)
-  check_horizon(strategy, n)
-  sens = _sensitivity(strategy, n, min_sep, max_participations, method)
+  sens = _schema_sensitivity(load_strategy(strategy), n, min_sep, max_participations, method)
   return account_sensitivity(sens.value, sigma, delta, sensitivity_method=sens.method,
                              sensitivity_algorithm=sens.algorithm, accountant=accountant)
 
@@ -343,10 +347,7 @@ def calibrate_noise_multiplier(strategy: Any, n: int, min_sep: int | None,
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
   target_epsilon = validate_epsilon(target_epsilon)
   delta = validate_delta(delta)
-  strategy = load_strategy(strategy)
-  n, min_sep, max_participations = _validate_schema(n, min_sep, max_participations)
-  check_horizon(strategy, n)
-  sens = _sensitivity(strategy, n, min_sep, max_participations, method)
+  sens = _schema_sensitivity(load_strategy(strategy), n, min_sep, max_participations, method)
   mu = gaussian_mu_for_epsilon(target_epsilon, delta)
   sigma = sens.value / mu * (1.0 + 1e-12)
   result = account_sensitivity(sens.value, sigma, delta, sensitivity_method=sens.method,

@@ -1,7 +1,6 @@
 """fedmf.accounting: analytic Gaussian curve vs PLD, calibration, amplification, curves, 001 Table 4."""
 
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -211,3 +210,12 @@ def test_epsilon_curve_2000_rounds_is_fast():
   assert time.perf_counter() - t < 10
   assert np.all(np.diff(curve.epsilon) >= -1e-12)
   del rng
+
+
+def test_account_and_calibration_refuse_a_bandmf_built_for_fewer_rounds():
+  short = {"mechanism": "bandmf", "n": 3, "bands": 1, "columns": [[1.0], [1.0], [1.0]]}
+  with pytest.raises(ValueError, match="built for n=3"):
+    accounting.account(short, 4, 1, 2, 1.0, 1e-6)
+  with pytest.raises(ValueError, match="built for n=3"):
+    accounting.calibrate_noise_multiplier(short, 4, 1, 2, 1.0, 1e-6)
+  assert accounting.account(short, 3, 1, 2, 1.0, 1e-6).sensitivity == pytest.approx(2 ** 0.5)

@@ -2,7 +2,6 @@
 
 import collections
 import json
-import sys
 
 import numpy as np
 import pyarrow as pa

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import time
 from pathlib import Path
@@ -59,8 +58,8 @@ class SimulationConfig:
 
   @property
   def declared_max_participations(self) -> int:
-    most = math.ceil(self.rounds / self.min_sep)
-    return most if self.max_participations is None else min(self.max_participations, most)
+    from fedmf.mf.sensitivity import effective_max_participations
+    return effective_max_participations(self.rounds, self.min_sep, self.max_participations)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
