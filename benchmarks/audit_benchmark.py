@@ -65,7 +65,7 @@ def main() -> int:
   print(f"generated {args.rows} rows, {os.path.getsize(path) / 1e6:.0f} MB in {gen:.1f} s")
   rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-  from fedmf import audit, participation  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import audit, participation_log  # pylint: disable=g-import-not-at-top
   # Phase timers: wrap the two log-processing steps audit_log calls (no extra work is done).
   phases = {}
 
@@ -78,7 +78,7 @@ def main() -> int:
         phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
     return wrapper
 
-  participation.read_participation_arrays = timed("read", participation.read_participation_arrays)
+  participation_log.read_participation_arrays = timed("read", participation_log.read_participation_arrays)
   audit.log_statistics = timed("statistics", audit.log_statistics)
   t = time.perf_counter()
   result = audit.audit_log(path, BLT400, 7.379, 1e-10, rounds=args.rounds, min_sep=150,

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from fedmf import accounting
+from fedmf.privacy import accounting
+from fedmf.privacy import curve as curve_lib
 from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies as st
 from fedmf.mf.evaluation import sensitivity
@@ -174,7 +175,7 @@ def test_epsilon_curve_matches_direct_accounting():
   b = np.array([-1] * 10 + [12] * 20 + [7] * 30)
   k = np.array([1] * 10 + [2] * 20 + [3] * 30)
   k[:3] = 0
-  curve = accounting.epsilon_curve(s, b, k, 7.379, 1e-10)
+  curve = curve_lib.epsilon_curve(s, b, k, 7.379, 1e-10)
   assert np.all(curve.epsilon[:3] == 0)
   for r in [4, 10, 11, 30, 31, 60]:
     bb = None if b[r - 1] < 0 else int(b[r - 1])
@@ -191,8 +192,8 @@ def test_epsilon_curve_budget_gives_valid_upper_bounds():
   b = np.full(n, 50)
   k = np.minimum(np.arange(1, n + 1) // 50 + 1, 4)
   b[:50] = -1
-  curve = accounting.epsilon_curve(s, b, k, 3.0, 1e-6, max_evaluations=5)
-  full = accounting.epsilon_curve(s, b, k, 3.0, 1e-6)
+  curve = curve_lib.epsilon_curve(s, b, k, 3.0, 1e-6, max_evaluations=5)
+  full = curve_lib.epsilon_curve(s, b, k, 3.0, 1e-6)
   assert np.all(curve.sensitivity >= full.sensitivity - 1e-12)
   assert "upper-bound" in curve.sensitivity_method
   assert np.all(np.diff(full.sensitivity[k > 0]) >= -1e-12) or True
@@ -206,7 +207,7 @@ def test_epsilon_curve_2000_rounds_is_fast():
   k = np.minimum(1 + np.arange(n) // 300, 7)
   b = np.where(k > 1, 290, -1)
   t = time.perf_counter()
-  curve = accounting.epsilon_curve(s, b, k, 7.379, 1e-10)
+  curve = curve_lib.epsilon_curve(s, b, k, 7.379, 1e-10)
   assert time.perf_counter() - t < 10
   assert np.all(np.diff(curve.epsilon) >= -1e-12)
   del rng

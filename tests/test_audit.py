@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from fedmf import audit, participation
+from fedmf.privacy import audit, participation_log
 from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies as st
 from tests.mf.brute_force import brute_force_sensitivity
@@ -19,7 +19,7 @@ BLT = {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]}
 def arrays(rows):
   ids = [c for _, c in rows]
   enc = pa.array(ids, pa.string()).dictionary_encode()
-  return participation.ParticipationArrays(
+  return participation_log.ParticipationArrays(
       rounds=np.array([r for r, _ in rows], dtype=np.int64),
       codes=enc.indices.to_numpy().astype(np.int64), client_ids=enc.dictionary)
 
@@ -124,7 +124,7 @@ def test_bandmf_horizon_refused():
 
 def test_declared_object_and_json_keys(tmp_path):
   path = tmp_path / "log.csv"
-  participation.write_participation_log(path, [0, 0, 3, 5, 5, 9], ["a", "b", "a", "b", "b", "a"])
+  participation_log.write_participation_log(path, [0, 0, 3, 5, 5, 9], ["a", "b", "a", "b", "b", "a"])
   res = audit.audit_log(path, BLT, 2.0, 1e-6, rounds=10, min_sep=4, max_participations=2)
   d = json.loads(json.dumps(res.to_dict()))
   for key in ["rounds", "clients", "participations", "observed_min_sep",
@@ -149,9 +149,9 @@ def test_declared_object_and_json_keys(tmp_path):
 
 def test_report_files(tmp_path):
   path = tmp_path / "log.csv"
-  participation.write_participation_log(path, [0, 0, 3, 5, 9], ["a", "b", "a", "b", "a"])
+  participation_log.write_participation_log(path, [0, 0, 3, 5, 9], ["a", "b", "a", "b", "a"])
   res = audit.audit_log(path, BLT, 2.0, 1e-6, min_sep=4)
-  from fedmf import report
+  from fedmf.privacy import report
   paths = report.write_report(res, tmp_path / "rep")
   for f in ["report.md", "report.html", "audit.json", "epsilon_curve.csv", "gap_histogram.png",
             "participations_per_client.png", "epsilon_vs_rounds.png"]:
@@ -181,7 +181,7 @@ def test_audit_log_fast_path_equals_brute_force(tmp_path_factory, rows, B, K, du
   if dup:
     rows = rows + rows[::3]
   path = tmp_path_factory.mktemp("audit") / f"log.{ext}"
-  participation.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
+  participation_log.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
   res = audit.audit_log(path, BLT, 2.0, 1e-6, min_sep=B, max_participations=K, curve=False,
                         accountant="analytic")
   b, k, viol = brute(rows, B, K)

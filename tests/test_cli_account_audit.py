@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fedmf import participation
+from fedmf.privacy import participation_log
 from fedmf.cli.main import main
 
 BLT400 = {"mechanism": "blt",
@@ -22,7 +22,7 @@ def files(tmp_path):
   s = tmp_path / "blt.json"
   s.write_text(json.dumps(BLT400))
   log = tmp_path / "log.csv"
-  participation.write_participation_log(log, [0, 0, 3, 5, 5, 9], ["a", "b", "a", "b", "b", "a"])
+  participation_log.write_participation_log(log, [0, 0, 3, 5, 5, 9], ["a", "b", "a", "b", "b", "a"])
   return s, log
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from fedmf import participation as P
+from fedmf.privacy import participation_log as P
 
 EXTS = ["csv", "csv.gz", "jsonl", "jsonl.gz", "parquet"]
 

@@ -17,7 +17,7 @@ LIBRARIES = [
     ("errors", ["fedmf/__init__.py", "fedmf/errors.py"], [], "Package root and user-facing error types."),
     ("mf", ["fedmf/mf/*.py"], [":errors", "@pypi//numpy", "@pypi//scipy"],
      "Layer 1: pure math (numpy/scipy, float64, no TensorFlow)."),
-    ("privacy", ["fedmf/accounting.py", "fedmf/participation.py", "fedmf/audit.py", "fedmf/report.py"],
+    ("privacy", ["fedmf/privacy/*.py"],
      [":mf", "@pypi//dp_accounting", "@pypi//pyarrow", "@pypi//matplotlib", "@pypi//tqdm"],
      "Layer 2: accounting, participation logs and the auditor."),
     ("tff", ["fedmf/tff/*.py", "fedmf/aggregators.py"],

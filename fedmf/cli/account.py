@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from fedmf import accounting  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
   strategy = load_strategy(args.strategy)
   if args.target_epsilon is not None:

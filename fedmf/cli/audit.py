@@ -1,4 +1,4 @@
-"""`fedmf audit`: the post-hoc min-separation auditor over a participation log (see fedmf.audit).
+"""`fedmf audit`: the post-hoc min-separation auditor over a participation log (see fedmf.privacy.audit).
 
 Notation as docs/architecture.md: --min-sep is the gap B (|i-j| ≥ B), never B-1.
 """
@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from fedmf import audit  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
   if args.report is not None:
     common.check_writable(args.report.rstrip("/") + "/report.md") if _exists_dir(
         args.report) else common.check_writable(args.report)
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
       min_sep=args.min_sep, max_participations=args.max_participations, method=args.sensitivity,
       accountant=args.accountant, curve=args.report is not None, progress=progress)
   if args.report is not None:
-    from fedmf import report  # pylint: disable=g-import-not-at-top
+    from fedmf.privacy import report  # pylint: disable=g-import-not-at-top
     paths = report.write_report(result, args.report, strategy_path=args.strategy)
   if args.json:
     print(json.dumps(result.to_dict()))

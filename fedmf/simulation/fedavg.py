@@ -81,7 +81,7 @@ def _atomic_write(path: Path, text: str) -> None:
 def run_simulation(config: SimulationConfig, out_dir: str | os.PathLike, *, progress: bool = True,
                    report: bool = True) -> dict[str, Any]:
   """Runs the simulation; writes participation.csv, metrics.jsonl, summary.json and audit/ in out_dir."""
-  from fedmf import accounting, audit, participation
+  from fedmf.privacy import accounting, audit, participation_log
   from fedmf.mf import strategies
   from fedmf.simulation.client_timer import ClientTimer
   from fedmf.simulation.synthetic import client_datasets, make_synthetic_data
@@ -145,7 +145,7 @@ def run_simulation(config: SimulationConfig, out_dir: str | os.PathLike, *, prog
         noise_seed=config.noise_seed, num_rounds=config.rounds)
     state = process.initialize()
     initial_accuracy = test_accuracy(process, state)
-    with participation.ParticipationLogWriter(log_path) as log:
+    with participation_log.ParticipationLogWriter(log_path) as log:
       for r in range(config.rounds):
         cohort = timer.sample(r)
         if cohort.size == 0:
@@ -172,7 +172,7 @@ def run_simulation(config: SimulationConfig, out_dir: str | os.PathLike, *, prog
   audit_dict = result.to_dict()
   _atomic_write(out / "audit.json", json.dumps(audit_dict, indent=1) + "\n")
   if report:
-    from fedmf import report as report_lib
+    from fedmf.privacy import report as report_lib
     report_lib.write_report(result, out / "audit")
 
   summary = {

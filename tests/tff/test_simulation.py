@@ -2,7 +2,7 @@
 
 import json
 
-from fedmf import participation
+from fedmf.privacy import participation_log
 from fedmf.cli import main as cli
 from fedmf.mf import strategies as st
 
@@ -16,7 +16,7 @@ def test_simulation_end_to_end(tmp_path, capsys):
                    "--out", str(out), "--no-progress", "--json"])
   assert code == 0
   summary = json.loads(capsys.readouterr().out)
-  rounds = participation.read_participation_arrays(out / "participation.csv").rounds
+  rounds = participation_log.read_participation_arrays(out / "participation.csv").rounds
   assert len(rounds) == 18 and sorted(set(rounds.tolist())) == list(range(6))
   # The client timer enforced the declared separation, and the audit found exactly that.
   assert summary["audit"]["observed_min_sep"] >= 2

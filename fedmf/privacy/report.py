@@ -1,6 +1,6 @@
 """The human privacy report of an audit: markdown + HTML with PNG plots (matplotlib, Agg backend).
 
-One concept: render an ``fedmf.audit.AuditResult`` as a reproducible report whose privacy statement
+One concept: render an ``fedmf.privacy.audit.AuditResult`` as a reproducible report whose privacy statement
 follows the structure of 001 App. C (itself after Ponomareva et al. 2023, Sec. 5.3): DP setting,
 instantiating the DP definition (data accesses, final output, unit of privacy, adjacency), accounting
 details (type, assumptions, formal statement). Notation: docs/architecture.md (b is the gap).
@@ -15,7 +15,7 @@ import os
 import pathlib
 from typing import Any, Optional
 
-from fedmf import audit as audit_lib
+from fedmf.privacy import audit as audit_lib
 
 
 def _plots(result: audit_lib.AuditResult, out: pathlib.Path) -> dict[str, str]:

@@ -2,10 +2,10 @@
 
 In cross-device FL a device-side timer enforces the separation, so the true min-separation b and max
 participations k are known only after training (001 §1, §5, App. C; 000 App. K). The auditor reads
-the log (``fedmf.participation``), computes the realized b (minimum gap between a client's consecutive
+the log (``fedmf.privacy.participation_log``), computes the realized b (minimum gap between a client's consecutive
 participations; None when nobody participated twice, i.e. single participation) and k, the
 violations of declared limits, and the privacy claim the log supports, using
-``fedmf.mf.evaluation.sensitivity`` and ``fedmf.accounting``. Notation: docs/architecture.md
+``fedmf.mf.evaluation.sensitivity`` and ``fedmf.privacy.accounting``. Notation: docs/architecture.md
 (b is the gap |i-j|, never b-1).
 
 Duplicate (round, client_id) rows are never merged silently: they are reported as ``duplicate``
@@ -26,8 +26,9 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from fedmf import accounting
-from fedmf import participation
+from fedmf.privacy import accounting
+from fedmf.privacy import curve as curve_lib
+from fedmf.privacy import participation_log
 from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ class AuditResult:
   realized: accounting.GaussianAccounting
   declared: Optional[DeclaredClaim]
   warnings: tuple[str, ...]
-  curve: Optional[accounting.EpsilonCurve] = None
+  curve: Optional[curve_lib.EpsilonCurve] = None
 
   @property
   def claim_covers_all_clients(self) -> bool:
@@ -266,7 +267,7 @@ def log_statistics(rounds: np.ndarray, codes: np.ndarray, num_clients: int,
   """
   rows = int(rounds.shape[0])
   if rows == 0:
-    raise participation.ParticipationLogError("empty log (no participation rows)")
+    raise participation_log.ParticipationLogError("empty log (no participation rows)")
   max_round = int(rounds.max())
   R = max_round + 1
   # The key space must cover every code (codes < num_clients for ParticipationArrays).
@@ -368,7 +369,7 @@ def _positive_int_or_none(value: Any, what: str) -> Optional[int]:
   return int(value)
 
 
-def audit_arrays(arrays: participation.ParticipationArrays, strategy: Any, noise_multiplier: float,
+def audit_arrays(arrays: participation_log.ParticipationArrays, strategy: Any, noise_multiplier: float,
                  delta: float, *, rounds: Optional[int] = None, min_sep: Optional[int] = None,
                  max_participations: Optional[int] = None, method: str = "auto",
                  accountant: str = "pld", curve: bool = True, log_name: str = "") -> AuditResult:
@@ -429,7 +430,7 @@ def audit_arrays(arrays: participation.ParticipationArrays, strategy: Any, noise
     if n > m:  # Released rounds after the last logged participation.
       b_r[m:] = b_r[m - 1]
       k_r[m:] = k_r[m - 1]
-    eps_curve = accounting.epsilon_curve(strategy, b_r, k_r, sigma, delta, method=method)
+    eps_curve = curve_lib.epsilon_curve(strategy, b_r, k_r, sigma, delta, method=method)
   from fedmf.mf.strategies import describe  # pylint: disable=g-import-not-at-top
   strategy_info = {"mechanism": strategy.mechanism, "description": describe(strategy)}
   horizon = getattr(strategy, "n", None)
@@ -448,7 +449,7 @@ def audit_log(path: str | os.PathLike[str], strategy: Any, noise_multiplier: flo
   """Audits a participation log file.
 
   Args:
-    path: Log file (see ``fedmf.participation``).
+    path: Log file (see ``fedmf.privacy.participation_log``).
     strategy: Strategy object, dict or JSON path.
     noise_multiplier: σ used in training.
     delta: δ for ε.
@@ -467,7 +468,7 @@ def audit_log(path: str | os.PathLike[str], strategy: Any, noise_multiplier: flo
   strategy = strategies.load_strategy(strategy)
   if rounds is not None:
     strategies.check_horizon(strategy, _positive_int_or_none(rounds, "--rounds"))
-  arrays = participation.read_participation_arrays(path, progress=progress)
+  arrays = participation_log.read_participation_arrays(path, progress=progress)
   return audit_arrays(arrays, strategy, noise_multiplier, delta, rounds=rounds, min_sep=min_sep,
                       max_participations=max_participations, method=method,
                       accountant=accountant, curve=curve, log_name=os.fspath(path))
