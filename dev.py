@@ -4,6 +4,7 @@
   python3 dev.py demo    install the locked environment and run the main job
   python3 dev.py test    install the locked environment and run the whole test suite
   python3 dev.py test -m slow   extra arguments go to pytest
+  python3 dev.py format  apply the formatter (ruff format); --check only checks (CI)
 
 It installs a pinned `uv` into .tools/, syncs the locked
 environment from uv.lock into .venv/, and runs inside it.
@@ -47,11 +48,13 @@ def _run_in_env(uv: str, cmd: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-  if not argv or argv[0] not in ("demo", "test"):
+  if not argv or argv[0] not in ("demo", "test", "format"):
     print(__doc__)
     return 2
   uv = _uv()
   _sync(uv)
+  if argv[0] == "format":
+    return _run_in_env(uv, ["ruff", "format", *argv[1:], "."])
   if argv[0] == "test":
     code = _run_in_env(uv, ["python", "-m", "pytest", *argv[1:]])
     return code

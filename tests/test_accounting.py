@@ -1,4 +1,4 @@
-"""fedmf.accounting: analytic Gaussian curve vs PLD, calibration, amplification, curves, 001 Table 4."""
+"""fedmf.accounting: analytic Gaussian curve vs PLD, calibration, amplification, curves, BLT Table 4."""
 
 import math
 
@@ -6,19 +6,27 @@ import numpy as np
 import pytest
 
 from fedmf.privacy import accounting
+from fedmf.privacy import events
 from fedmf.privacy import curve as curve_lib
 from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies as st
+from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.evaluation import sensitivity
 
-# 001 App. A: the published BLT parameters are those of C (ω > 0, Σω ≤ 1), not of C⁻¹.
+# BLT App. A: the published BLT parameters are those of C (ω > 0, Σω ≤ 1), not of C⁻¹.
 BLT_001 = {
-    100: ([0.989739971007307, 0.7352001759538236, 0.16776199983448145, 0.1677619998016191],
-          [0.20502892852480875, 0.23357939425278557, 0.03479503245420878, 0.03479509876050538]),
-    400: ([0.9999999999921251, 0.9944453083640997, 0.8985923474607591, 0.4912001418098778],
-          [0.0070314825502323835, 0.10613806907600574, 0.1898159060327625, 0.1966594748073734]),
-    1000: ([0.9999999999983397, 0.9973412136664378, 0.9584629472313878, 0.6581796870749317],
-           [0.008657392263671862, 0.05890891298180163, 0.14548176930698697, 0.2770117005326523]),
+  100: (
+    [0.989739971007307, 0.7352001759538236, 0.16776199983448145, 0.1677619998016191],
+    [0.20502892852480875, 0.23357939425278557, 0.03479503245420878, 0.03479509876050538],
+  ),
+  400: (
+    [0.9999999999921251, 0.9944453083640997, 0.8985923474607591, 0.4912001418098778],
+    [0.0070314825502323835, 0.10613806907600574, 0.1898159060327625, 0.1966594748073734],
+  ),
+  1000: (
+    [0.9999999999983397, 0.9973412136664378, 0.9584629472313878, 0.6581796870749317],
+    [0.008657392263671862, 0.05890891298180163, 0.14548176930698697, 0.2770117005326523],
+  ),
 }
 
 
@@ -28,7 +36,7 @@ def blt(b):
 
 
 def test_reference_values():
-  # ../shared/reference/values.md, Accounting.
+  # Reference values (jax_privacy / dp_accounting tests), Accounting.
   mu = math.sqrt(2) / 8.35
   assert accounting.rho_zcdp(math.sqrt(2), 8.35) == pytest.approx(0.0143426, abs=5e-8)
   assert accounting.gaussian_epsilon(mu, 1e-10) == pytest.approx(0.99355, abs=5e-6)
@@ -70,12 +78,14 @@ def test_validation_errors():
       accounting.validate_delta(bad)
   for bad in (0.0, -1.0, float("inf")):
     with pytest.raises(FedmfUserError, match="noise multiplier"):
-      accounting.account({"mechanism": "dpsgd"}, 10, None, 1, bad, 1e-5)
+      accounting.account({"mechanism": "dpsgd"}, ParticipationSchema(10, None, 1), bad, 1e-5)
 
 
 def test_account_dpsgd_is_composition():
   # DP-SGD, every round (b = 1, k = n): sens = √n, and n Gaussian steps compose to μ = √n/σ.
-  acc = accounting.account({"mechanism": "dpsgd"}, 100, 1, 100, 10.0, 1e-6, accountant="analytic")
+  acc = accounting.account(
+    {"mechanism": "dpsgd"}, ParticipationSchema(100, 1, 100), 10.0, 1e-6, accountant="analytic"
+  )
   assert acc.sensitivity == pytest.approx(10.0)
   assert acc.rho == pytest.approx(100 / 200)
   assert acc.epsilon == pytest.approx(accounting.dpsgd_epsilon(10.0, 100, 1e-6), rel=1e-12)
@@ -84,47 +94,54 @@ def test_account_dpsgd_is_composition():
 def test_calibrate_noise_multiplier():
   s = blt(400)
   for accountant in ("analytic", "pld"):
-    res = accounting.calibrate_noise_multiplier(s, 1280, 300, 4, 3.46, 1e-10,
-                                                accountant=accountant)
+    res = accounting.calibrate_noise_multiplier(
+      s, ParticipationSchema(1280, 300, 4), 3.46, 1e-10, accountant=accountant
+    )
     assert res.epsilon <= 3.46
     assert res.epsilon == pytest.approx(3.46, abs=2e-3)
-  assert accounting.calibrate_noise_multiplier(s, 1280, 300, 4, 3.46, 1e-10).noise_multiplier \
-      == pytest.approx(7.379, abs=0.01)
+  assert accounting.calibrate_noise_multiplier(
+    s, ParticipationSchema(1280, 300, 4), 3.46, 1e-10
+  ).noise_multiplier == pytest.approx(7.379, abs=0.01)
 
 
 def test_bandmf_horizon_refused():
   s = st.load_strategy({"mechanism": "bandmf", "n": 4, "bands": 1, "columns": [[1.0]] * 4})
   with pytest.raises(FedmfUserError, match="n=4"):
-    accounting.account(s, 5, 1, 5, 1.0, 1e-5)
+    accounting.account(s, ParticipationSchema(5, 1, 5), 1.0, 1e-5)
 
 
 def test_amplified_bandmf_event():
   import dp_accounting
-  q = accounting.bandmf_sampling_probability(batch_size=10, dataset_size=1000, bands=5)
-  ev = accounting.amplified_bandmf_event(2.0, 103, 5, q, max_column_norm=2.0)
+
+  q = events.bandmf_sampling_probability(batch_size=10, dataset_size=1000, bands=5)
+  ev = events.amplified_bandmf_event(2.0, 103, 5, q, max_column_norm=2.0)
   assert ev == dp_accounting.SelfComposedDpEvent(
-      dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(1.0)), 21)
+    dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(1.0)), 21
+  )
   with pytest.raises(FedmfUserError):
-    accounting.bandmf_sampling_probability(batch_size=300, dataset_size=1000, bands=5)
+    events.bandmf_sampling_probability(batch_size=300, dataset_size=1000, bands=5)
 
 
 @pytest.mark.slow
 def test_amplified_bandmf_and_dpsgd_amplification():
   import dp_accounting
+
   # bands = 1 is DP-SGD with Poisson sampling.
   e1 = accounting.amplified_bandmf_epsilon(1.0, 20, 1, 0.05, 1e-5)
   e2 = accounting.dpsgd_epsilon(1.0, 20, 1e-5, sampling_probability=0.05)
   assert e1 == pytest.approx(e2)
-  # Corrected event of 000 App. F: ceil(n/b̂) steps at q = b̂·B/m and σ / max column norm.
-  q = accounting.bandmf_sampling_probability(batch_size=10, dataset_size=1000, bands=5)
+  # Corrected event of BandMF App. F: ceil(n/b̂) steps at q = b̂·B/m and σ / max column norm.
+  q = events.bandmf_sampling_probability(batch_size=10, dataset_size=1000, bands=5)
   assert q == pytest.approx(0.05)
-  ev = accounting.amplified_bandmf_event(2.0, 103, 5, q, max_column_norm=2.0)
+  ev = events.amplified_bandmf_event(2.0, 103, 5, q, max_column_norm=2.0)
   assert ev == dp_accounting.SelfComposedDpEvent(
-      dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(1.0)), 21)
+    dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(1.0)), 21
+  )
   # Amplification helps, more noise helps.
   assert e2 < accounting.dpsgd_epsilon(1.0, 20, 1e-5)
-  assert accounting.amplified_bandmf_epsilon(2.0, 40, 4, 0.2, 1e-5) < \
-      accounting.amplified_bandmf_epsilon(1.0, 40, 4, 0.2, 1e-5)
+  assert accounting.amplified_bandmf_epsilon(
+    2.0, 40, 4, 0.2, 1e-5
+  ) < accounting.amplified_bandmf_epsilon(1.0, 40, 4, 0.2, 1e-5)
   sigma = accounting.calibrate_dpsgd(2.0, 10, 1e-5, sampling_probability=0.2, rtol=1e-3)
   assert accounting.dpsgd_epsilon(sigma, 10, 1e-5, 0.2) <= 2.0
   assert accounting.dpsgd_epsilon(sigma * 0.99, 10, 1e-5, 0.2) > 2.0
@@ -132,15 +149,15 @@ def test_amplified_bandmf_and_dpsgd_amplification():
   assert accounting.dpsgd_epsilon(sigma, 50, 1e-6) == pytest.approx(1.0, rel=1e-9)
 
 
-# 001 Table 4, BLT rows: (LM, App. A BLT, rounds, σ, MinS as printed, MaxP, ρ printed, ε printed,
+# BLT Table 4, BLT rows: (LM, App. A BLT, rounds, σ, MinS as printed, MaxP, ρ printed, ε printed,
 # b used = MinS or MinS + 1 per the errata).
 TABLE4_BLT = [
-    ("es-ES", 400, 1280, 7.379, 300, 4, 0.16, 3.46, 300),
-    ("id-ID", 400, 2350, 7.379, 447, 5, 0.20, 3.93, 447),
-    ("pt-BR", 1000, 2000, 8.681, 2001, 1, 2.23e-2, 1.25, None),
-    ("pt-BR", 1000, 2000, 16.1, 1181, 2, 1.40e-2, 0.98, 1181),
-    ("pt-PT", 100, 430, 3.12, 92, 4, 1.11, 10.19, 93),    # b - 1 convention: b = MinS + 1.
-    ("pt-PT", 100, 320, 5.5, 49, 6, 0.75, 8.19, 50),      # b - 1 convention: b = MinS + 1.
+  ("es-ES", 400, 1280, 7.379, 300, 4, 0.16, 3.46, 300),
+  ("id-ID", 400, 2350, 7.379, 447, 5, 0.20, 3.93, 447),
+  ("pt-BR", 1000, 2000, 8.681, 2001, 1, 2.23e-2, 1.25, None),
+  ("pt-BR", 1000, 2000, 16.1, 1181, 2, 1.40e-2, 0.98, 1181),
+  ("pt-PT", 100, 430, 3.12, 92, 4, 1.11, 10.19, 93),  # b - 1 convention: b = MinS + 1.
+  ("pt-PT", 100, 320, 5.5, 49, 6, 0.75, 8.19, 50),  # b - 1 convention: b = MinS + 1.
 ]
 
 
@@ -148,7 +165,9 @@ TABLE4_BLT = [
 def test_001_table4_blt_rows(row):
   lm, which, n, sigma, mins, k, rho_printed, eps_printed, b = row
   del mins
-  acc = accounting.account(blt(which), n, b, k, sigma, 1e-10)  # PLD, like the paper.
+  acc = accounting.account(
+    blt(which), ParticipationSchema(n, b, k), sigma, 1e-10
+  )  # PLD, like the paper.
   assert acc.sensitivity_method == "exact"
   # ρ is printed rounded UP to 2 significant digits (3 in the e-2 rows): es-ES prints 0.16 for
   # 0.1535, pt-BR 1.40e-2 for 0.01394. So printed - one unit < ρ ≤ printed.
@@ -163,9 +182,9 @@ def test_001_table4_blt_rows(row):
 
 def test_001_table4_ptpt_needs_b_minus_1_convention():
   # With b = MinS as printed, pt-PT BLT-3.12 gives ε = 10.22, not the printed 10.19.
-  acc = accounting.account(blt(100), 430, 92, 4, 3.12, 1e-10)
+  acc = accounting.account(blt(100), ParticipationSchema(430, 92, 4), 3.12, 1e-10)
   assert round(acc.epsilon, 2) != 10.19
-  acc = accounting.account(blt(100), 430, 93, 4, 3.12, 1e-10)
+  acc = accounting.account(blt(100), ParticipationSchema(430, 93, 4), 3.12, 1e-10)
   assert round(acc.epsilon, 2) == 10.19
 
 
@@ -182,7 +201,8 @@ def test_epsilon_curve_matches_direct_accounting():
     direct = sensitivity(s, r, bb if k[r - 1] > 1 else None, int(k[r - 1])).value
     assert curve.sensitivity[r - 1] == pytest.approx(direct, rel=1e-12)
     assert curve.epsilon[r - 1] == pytest.approx(
-        accounting.gaussian_epsilon(direct / 7.379, 1e-10), rel=1e-12)
+      accounting.gaussian_epsilon(direct / 7.379, 1e-10), rel=1e-12
+    )
   assert set(curve.sensitivity_method) == {"exact"}
 
 
@@ -201,6 +221,7 @@ def test_epsilon_curve_budget_gives_valid_upper_bounds():
 
 def test_epsilon_curve_2000_rounds_is_fast():
   import time
+
   s = blt(400)
   n = 2000
   rng = np.random.default_rng(0)
@@ -216,7 +237,9 @@ def test_epsilon_curve_2000_rounds_is_fast():
 def test_account_and_calibration_refuse_a_bandmf_built_for_fewer_rounds():
   short = {"mechanism": "bandmf", "n": 3, "bands": 1, "columns": [[1.0], [1.0], [1.0]]}
   with pytest.raises(ValueError, match="built for n=3"):
-    accounting.account(short, 4, 1, 2, 1.0, 1e-6)
+    accounting.account(short, ParticipationSchema(4, 1, 2), 1.0, 1e-6)
   with pytest.raises(ValueError, match="built for n=3"):
-    accounting.calibrate_noise_multiplier(short, 4, 1, 2, 1.0, 1e-6)
-  assert accounting.account(short, 3, 1, 2, 1.0, 1e-6).sensitivity == pytest.approx(2 ** 0.5)
+    accounting.calibrate_noise_multiplier(short, ParticipationSchema(4, 1, 2), 1.0, 1e-6)
+  assert accounting.account(
+    short, ParticipationSchema(3, 1, 2), 1.0, 1e-6
+  ).sensitivity == pytest.approx(2**0.5)

@@ -95,7 +95,7 @@ def test_sensitivity_never_below_brute_force(rows, seed):
                            accountant="analytic")
   b = res.stats.observed_min_sep
   k = res.stats.observed_max_participations
-  c = st.strategy_matrix(strategy, n)
+  c = strategy.matrix(n)
   bf = brute_force_sensitivity(c, b if b is not None else n, k)
   assert res.realized.sensitivity >= bf - 1e-9
   # The curve's last point is the realized claim's sensitivity.
@@ -144,7 +144,7 @@ def test_declared_object_and_json_keys(tmp_path):
   res = audit.audit_arrays(arrays([(0, "a"), (1, "b")]), BLT, 2.0, 1e-6)
   assert res.to_dict()["observed_min_sep"] is None
   assert res.realized.sensitivity == pytest.approx(
-      np.linalg.norm(st.strategy_matrix(st.load_strategy(BLT), 2)[:, 0]))
+      np.linalg.norm(st.load_strategy(BLT).matrix(2)[:, 0]))
 
 
 def test_report_files(tmp_path):

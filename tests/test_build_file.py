@@ -13,7 +13,11 @@ def _declared_sources() -> set[str]:
 
 def test_every_python_file_is_declared():
   declared = _declared_sources()
-  on_disk = {str(p.relative_to(ROOT)) for d in ("fedmf", "tests", "deploy", "benchmarks") for p in (ROOT / d).rglob("*.py")}
+  on_disk = {
+    str(p.relative_to(ROOT))
+    for d in ("fedmf", "tests", "deploy", "benchmarks")
+    for p in (ROOT / d).rglob("*.py")
+  }
   missing = sorted(on_disk - declared)
   stale = sorted(p for p in declared if not (ROOT / p).exists())
   assert not missing, f"BUILD does not declare: {missing}"

@@ -10,8 +10,18 @@ from fedmf.mf import evaluation
 from fedmf.mf import strategies as st
 
 PARTICIPATION = ["--n", "24", "--min-sep", "4", "--max-participations", "3"]
-REQUIRED_KEYS = {"sensitivity", "sensitivity_method", "max_error", "rms_error", "max_loss", "rms_loss", "n",
-                 "min_sep", "max_participations", "effective_max_participations"}
+REQUIRED_KEYS = {
+  "sensitivity",
+  "sensitivity_method",
+  "max_error",
+  "rms_error",
+  "max_loss",
+  "rms_loss",
+  "n",
+  "min_sep",
+  "max_participations",
+  "effective_max_participations",
+}
 
 
 def _run(capsys, argv):
@@ -20,14 +30,33 @@ def _run(capsys, argv):
   return code, out, err
 
 
-@pytest.mark.parametrize("mechanism, extra", [
-    ("dpsgd", []), ("tree", ["--tree-variant", "vanilla"]), ("blt", ["--buffers", "2"]),
-    ("band-toeplitz", ["--bands", "4"]), ("bandmf", ["--bands", "4", "--max-iter", "30"]),
-])
+@pytest.mark.parametrize(
+  "mechanism, extra",
+  [
+    ("dpsgd", []),
+    ("tree", ["--tree-variant", "vanilla"]),
+    ("blt", ["--buffers", "2"]),
+    ("band-toeplitz", ["--bands", "4"]),
+    ("bandmf", ["--bands", "4", "--max-iter", "30"]),
+  ],
+)
 def test_optimize_then_evaluate(tmp_path, capsys, mechanism, extra):
   out_file = tmp_path / f"{mechanism}.json"
-  code, out, err = _run(capsys, ["strategy", "optimize", "--mechanism", mechanism, *PARTICIPATION, *extra,
-                                 "--out", str(out_file), "--json", "--no-progress"])
+  code, out, err = _run(
+    capsys,
+    [
+      "strategy",
+      "optimize",
+      "--mechanism",
+      mechanism,
+      *PARTICIPATION,
+      *extra,
+      "--out",
+      str(out_file),
+      "--json",
+      "--no-progress",
+    ],
+  )
   assert code == 0, err
   optimized = json.loads(out)
   saved = json.loads(out_file.read_text())
@@ -52,8 +81,12 @@ def test_optimize_then_evaluate(tmp_path, capsys, mechanism, extra):
 
 def test_evaluate_prints_a_readable_table(tmp_path, capsys):
   path = tmp_path / "s.json"
-  path.write_text(json.dumps({"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.2, 0.3]}))
-  code, out, _ = _run(capsys, ["strategy", "evaluate", str(path), *PARTICIPATION, "--noise-multiplier", "2"])
+  path.write_text(
+    json.dumps({"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.2, 0.3]})
+  )
+  code, out, _ = _run(
+    capsys, ["strategy", "evaluate", str(path), *PARTICIPATION, "--noise-multiplier", "2"]
+  )
   assert code == 0
   assert "sensitivity" in out and "exact" in out and "rmse @ noise multiplier" in out
 
@@ -61,17 +94,26 @@ def test_evaluate_prints_a_readable_table(tmp_path, capsys):
 def test_lower_bound_is_labelled(tmp_path, capsys):
   path = tmp_path / "s.json"
   path.write_text(json.dumps({"mechanism": "tree", "variant": "vanilla"}))
-  code, out, _ = _run(capsys, ["strategy", "evaluate", str(path), *PARTICIPATION, "--sensitivity", "lower-bound", "--json"])
+  code, out, _ = _run(
+    capsys,
+    ["strategy", "evaluate", str(path), *PARTICIPATION, "--sensitivity", "lower-bound", "--json"],
+  )
   assert code == 0
   assert json.loads(out)["sensitivity_method"] == "lower-bound"
 
 
-@pytest.mark.parametrize("content, needle", [
+@pytest.mark.parametrize(
+  "content, needle",
+  [
     (None, "not found"),
     ("{", "not valid JSON"),
     (json.dumps({"mechanism": "blt", "buf_decay": [1.5], "output_scale": [0.1]}), "buf_decay"),
-    (json.dumps({"mechanism": "bandmf", "n": 3, "bands": 1, "columns": [[1], [1], [1]]}), "built for n=3"),
-])
+    (
+      json.dumps({"mechanism": "bandmf", "n": 3, "bands": 1, "columns": [[1], [1], [1]]}),
+      "built for n=3",
+    ),
+  ],
+)
 def test_bad_strategy_files_give_one_line_errors(tmp_path, capsys, content, needle):
   path = tmp_path / "bad.json"
   if content is not None:
@@ -86,19 +128,46 @@ def test_bad_strategy_files_give_one_line_errors(tmp_path, capsys, content, need
 
 def test_bad_numbers_are_usage_errors(capsys):
   with pytest.raises(SystemExit) as e:
-    cli.main(["strategy", "evaluate", "x.json", "--n", "-3", "--min-sep", "1", "--max-participations", "1"])
+    cli.main(
+      ["strategy", "evaluate", "x.json", "--n", "-3", "--min-sep", "1", "--max-participations", "1"]
+    )
   assert e.value.code == 2
   assert "positive integer" in capsys.readouterr().err
 
 
 def test_optimize_refuses_missing_output_directory(tmp_path, capsys):
-  code, _, err = _run(capsys, ["strategy", "optimize", "--mechanism", "dpsgd", *PARTICIPATION,
-                               "--out", str(tmp_path / "nope" / "s.json")])
+  code, _, err = _run(
+    capsys,
+    [
+      "strategy",
+      "optimize",
+      "--mechanism",
+      "dpsgd",
+      *PARTICIPATION,
+      "--out",
+      str(tmp_path / "nope" / "s.json"),
+    ],
+  )
   assert code == 2 and "does not exist" in err
 
 
 @pytest.mark.parametrize("mechanism", ["blt", "band-toeplitz", "bandmf"])
 def test_max_iter_reaches_every_optimizer(tmp_path, capsys, mechanism):
-  code, _, err = _run(capsys, ["strategy", "optimize", "--mechanism", mechanism, *PARTICIPATION, "--buffers", "1",
-                               "--max-iter", "3", "--out", str(tmp_path / "s.json"), "--no-progress"])
+  code, _, err = _run(
+    capsys,
+    [
+      "strategy",
+      "optimize",
+      "--mechanism",
+      mechanism,
+      *PARTICIPATION,
+      "--buffers",
+      "1",
+      "--max-iter",
+      "3",
+      "--out",
+      str(tmp_path / "s.json"),
+      "--no-progress",
+    ],
+  )
   assert code == 0, err

@@ -13,13 +13,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+  return subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+  )
 
 
 def _heavy_modules_after(imports: str) -> list[str]:
-  code = (f"import sys\n{imports}\n"
-          "print(sorted(m for m in ('tensorflow', 'tensorflow_federated', 'jax', 'dp_accounting', 'pyarrow')"
-          " if m in sys.modules))")
+  code = (
+    f"import sys\n{imports}\n"
+    "print(sorted(m for m in ('tensorflow', 'tensorflow_federated', 'jax', 'dp_accounting', 'pyarrow')"
+    " if m in sys.modules))"
+  )
   result = _python(code)
   assert result.returncode == 0, result.stderr
   return json.loads(result.stdout.strip().replace("'", '"'))
@@ -27,15 +31,17 @@ def _heavy_modules_after(imports: str) -> list[str]:
 
 def test_pure_math_layer_imports_only_numpy_and_scipy():
   heavy = _heavy_modules_after(
-      "import fedmf, fedmf.mf.strategies, fedmf.mf.evaluation, fedmf.mf.sensitivity, fedmf.mf.streaming\n"
-      "import fedmf.mf.blt, fedmf.mf.banded_optimize, fedmf.mf.tree, fedmf.mf.toeplitz, fedmf.mf.workloads")
+    "import fedmf, fedmf.mf.strategies, fedmf.mf.evaluation, fedmf.mf.sensitivity, fedmf.mf.streaming\n"
+    "import fedmf.mf.blt, fedmf.mf.banded_optimize, fedmf.mf.tree, fedmf.mf.toeplitz, fedmf.mf.workloads"
+  )
   assert heavy == []
 
 
 def test_privacy_layer_and_cli_do_not_import_tensorflow():
   heavy = _heavy_modules_after(
-      "import fedmf.privacy.accounting, fedmf.privacy.participation_log, fedmf.privacy.audit, fedmf.privacy.report, fedmf.simulation.client_timer\n"
-      "import fedmf.cli.main; fedmf.cli.main.build_parser()")
+    "import fedmf.privacy.accounting, fedmf.privacy.participation_log, fedmf.privacy.audit, fedmf.privacy.report, fedmf.simulation.client_timer\n"
+    "import fedmf.cli.main; fedmf.cli.main.build_parser()"
+  )
   assert not {"tensorflow", "tensorflow_federated", "jax"} & set(heavy)
 
 

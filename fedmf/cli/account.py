@@ -14,55 +14,86 @@ from fedmf.cli import common
 
 def add_parser(subparsers: Any) -> None:
   parser = subparsers.add_parser(
-      "account", help="privacy accounting of a strategy (rho-zCDP, epsilon; calibrate sigma)",
-      description="Compute the sensitivity of a strategy for n rounds under b-min-separation with "
-                  "at most k participations, then rho-zCDP and epsilon at delta (PLD), for a given "
-                  "noise multiplier, or the noise multiplier that reaches a target epsilon.",
-      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    "account",
+    help="privacy accounting of a strategy (rho-zCDP, epsilon; calibrate sigma)",
+    description="Compute the sensitivity of a strategy for n rounds under b-min-separation with "
+    "at most k participations, then rho-zCDP and epsilon at delta (PLD), for a given "
+    "noise multiplier, or the noise multiplier that reaches a target epsilon.",
+    formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+  )
   parser.add_argument("strategy", metavar="STRATEGY.json", help="strategy file")
   parser.add_argument("--n", type=common.positive_int, required=True, help="number of rounds n")
-  parser.add_argument("--min-sep", type=common.positive_int, default=None,
-                      help="b: minimum gap between two participations of a client (|i-j| >= b); "
-                           "omit for single participation")
-  parser.add_argument("--max-participations", type=common.positive_int, default=None,
-                      help="k: maximum participations of a client (default ceil(n/b))")
+  parser.add_argument(
+    "--min-sep",
+    type=common.positive_int,
+    default=None,
+    help="b: minimum gap between two participations of a client (|i-j| >= b); "
+    "omit for single participation",
+  )
+  parser.add_argument(
+    "--max-participations",
+    type=common.positive_int,
+    default=None,
+    help="k: maximum participations of a client (default ceil(n/b))",
+  )
   noise = parser.add_mutually_exclusive_group(required=True)
   noise.add_argument("--noise-multiplier", type=common.positive_float, help="sigma")
-  noise.add_argument("--target-epsilon", type=common.positive_float,
-                     help="calibrate sigma to reach this epsilon")
+  noise.add_argument(
+    "--target-epsilon", type=common.positive_float, help="calibrate sigma to reach this epsilon"
+  )
   parser.add_argument("--delta", type=common.probability, required=True, help="delta in (0, 1)")
-  parser.add_argument("--sensitivity", choices=("auto", "upper-bound", "lower-bound"),
-                      default="auto", help="sensitivity method")
-  parser.add_argument("--accountant", choices=("pld", "analytic"), default="pld",
-                      help="pld: dp_accounting PLD (pessimistic); analytic: exact Gaussian curve")
+  common.add_method_args(
+    parser, accountant_help="pld: dp_accounting PLD (pessimistic); analytic: exact Gaussian curve"
+  )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
   parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
   from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from fedmf.mf.schema import ParticipationSchema  # pylint: disable=g-import-not-at-top
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
+
   strategy = load_strategy(args.strategy)
+  schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
   if args.target_epsilon is not None:
     result = accounting.calibrate_noise_multiplier(
-        strategy, args.n, args.min_sep, args.max_participations, args.target_epsilon, args.delta,
-        method=args.sensitivity, accountant=args.accountant)
+      strategy,
+      schema,
+      args.target_epsilon,
+      args.delta,
+      method=args.sensitivity,
+      accountant=args.accountant,
+    )
   else:
     result = accounting.account(
-        strategy, args.n, args.min_sep, args.max_participations, args.noise_multiplier,
-        args.delta, method=args.sensitivity, accountant=args.accountant)
-  out = {"strategy": args.strategy, "mechanism": strategy.mechanism, "n": args.n,
-         "min_sep": args.min_sep, "max_participations": args.max_participations,
-         **result.to_dict(), "calibrated": args.target_epsilon is not None}
+      strategy,
+      schema,
+      args.noise_multiplier,
+      args.delta,
+      method=args.sensitivity,
+      accountant=args.accountant,
+    )
+  out = {
+    "strategy": args.strategy,
+    "mechanism": strategy.mechanism,
+    "n": args.n,
+    "min_sep": args.min_sep,
+    "max_participations": args.max_participations,
+    **result.to_dict(),
+    "calibrated": args.target_epsilon is not None,
+  }
   if args.target_epsilon is not None:
     out["target_epsilon"] = args.target_epsilon
   if args.json:
     print(json.dumps(out))
     return 0
-  print(f"strategy: {args.strategy} ({strategy.mechanism}); n = {args.n}, b = {args.min_sep}, "
-        f"k = {args.max_participations}")
-  print(f"sensitivity: {result.sensitivity:.6g} ({result.sensitivity_method}, "
-        f"{result.sensitivity_algorithm})")
+  print(f"strategy: {args.strategy} ({strategy.describe()})")
+  print(f"participation: {schema.describe()}")
+  print(
+    f"sensitivity: {result.sensitivity:.6g} ({result.sensitivity_method}, "
+    f"{result.sensitivity_algorithm})"
+  )
   label = "noise_multiplier (calibrated)" if args.target_epsilon is not None else "noise_multiplier"
   print(f"{label}: {result.noise_multiplier:.6g}")
   print(f"rho (zCDP): {result.rho:.6g}")

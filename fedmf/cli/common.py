@@ -43,10 +43,18 @@ def probability(text: str) -> float:
 
 def add_participation_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
   parser.add_argument("--n", type=positive_int, required=required, help="number of rounds n")
-  parser.add_argument("--min-sep", type=positive_int, required=required,
-                      help="b: minimum gap between two participations of one client (gap convention, |i-j| >= b)")
-  parser.add_argument("--max-participations", type=positive_int, required=required,
-                      help="k: maximum participations of one client")
+  parser.add_argument(
+    "--min-sep",
+    type=positive_int,
+    required=required,
+    help="b: minimum gap between two participations of one client (gap convention, |i-j| >= b)",
+  )
+  parser.add_argument(
+    "--max-participations",
+    type=positive_int,
+    required=required,
+    help="k: maximum participations of one client",
+  )
 
 
 def check_writable(path: str) -> None:
@@ -56,3 +64,18 @@ def check_writable(path: str) -> None:
     raise FedmfUserError(f"output directory does not exist: {parent}")
   if not os.access(parent, os.W_OK):
     raise FedmfUserError(f"output directory is not writable: {parent}")
+
+
+def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None = None) -> None:
+  """--sensitivity (auto | upper-bound | lower-bound) and, with `accountant_help`, --accountant."""
+  parser.add_argument(
+    "--sensitivity",
+    choices=("auto", "upper-bound", "lower-bound"),
+    default="auto",
+    help="auto: exact where a theorem applies, else a valid upper bound; lower-bound is BLT Remark "
+    "3.2 and is labelled as such",
+  )
+  if accountant_help is not None:
+    parser.add_argument(
+      "--accountant", choices=("pld", "analytic"), default="pld", help=accountant_help
+    )

@@ -20,16 +20,21 @@ from fedmf import __version__
 from fedmf.errors import FedmfUserError
 
 # Registered subcommand modules, in help order. A module is listed here only once its command works.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("fedmf.cli.strategy", "fedmf.cli.account", "fedmf.cli.audit", "fedmf.cli.simulate")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+  "fedmf.cli.strategy",
+  "fedmf.cli.account",
+  "fedmf.cli.audit",
+  "fedmf.cli.simulate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog="fedmf",
-      description=(
-          "Differentially private federated learning with correlated noise: optimize strategies "
-          "(TreeAgg, BandMF, BLT), account and audit privacy, and simulate training."
-      ),
+    prog="fedmf",
+    description=(
+      "Differentially private federated learning with correlated noise: optimize strategies "
+      "(TreeAgg, BandMF, BLT), account and audit privacy, and simulate training."
+    ),
   )
   parser.add_argument("--version", action="version", version=f"fedmf {__version__}")
   parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
@@ -45,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
   parser = build_parser()
   args = parser.parse_args(argv)
   logging.basicConfig(
-      level=logging.DEBUG if args.verbose else logging.INFO,
-      format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-      stream=sys.stderr,
+    level=logging.DEBUG if args.verbose else logging.INFO,
+    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    stream=sys.stderr,
   )
   # absl (TFF) logs per-model INFO lines such as "Adding default num_examples metric".
   logging.getLogger("absl").setLevel(logging.WARNING)

@@ -13,34 +13,60 @@ from fedmf.cli import common
 
 logger = logging.getLogger("fedmf.strategy")
 
+# The mechanisms `strategy optimize` builds (fedmf.mf.strategies.OPTIMIZABLE; a dense C comes from
+# a file). Listed here so that `fedmf --help` does not import numpy.
 MECHANISM_CHOICES = ("dpsgd", "tree", "bandmf", "band-toeplitz", "blt")
-DEFAULT_OBJECTIVE = {"bandmf": "rms", "band-toeplitz": "rms", "blt": "max"}
 
 
 def add_parser(subparsers: Any) -> None:
   parser = subparsers.add_parser(
-      "strategy", help="optimize and evaluate correlated-noise strategies",
-      description="Optimize correlated-noise strategies and evaluate their sensitivity and error.")
+    "strategy",
+    help="optimize and evaluate correlated-noise strategies",
+    description="Optimize correlated-noise strategies and evaluate their sensitivity and error.",
+  )
   sub = parser.add_subparsers(dest="strategy_command", metavar="SUBCOMMAND")
   sub.required = True
 
   opt = sub.add_parser(
-      "optimize", help="optimize a strategy and write it as JSON",
-      description="Optimize a strategy for n rounds under b-min-separation with at most k participations, "
-                  "for the prefix-sum workload, and write it as a strategy JSON file.",
-      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    "optimize",
+    help="optimize a strategy and write it as JSON",
+    description="Optimize a strategy for n rounds under b-min-separation with at most k participations, "
+    "for the prefix-sum workload, and write it as a strategy JSON file.",
+    formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+  )
   opt.add_argument("--mechanism", required=True, choices=MECHANISM_CHOICES)
   common.add_participation_args(opt)
-  opt.add_argument("--bands", type=common.positive_int, default=None,
-                   help="b̂ for bandmf and band-toeplitz (default: min-sep, capped at n)")
-  opt.add_argument("--buffers", type=common.positive_int, default=None,
-                   help="number of BLT buffers (default: chosen automatically)")
-  opt.add_argument("--objective", choices=("max", "rms"), default=None,
-                   help="loss to minimize (default: rms for bandmf and band-toeplitz, max for blt)")
-  opt.add_argument("--tree-variant", choices=("vanilla", "online-honaker", "full-honaker"), default="online-honaker")
-  opt.add_argument("--column-normalize", action="store_true",
-                   help="band-toeplitz: store the strategy as column-normalized (002 §3.1)")
-  opt.add_argument("--max-iter", type=common.positive_int, default=None, help="optimizer iteration budget")
+  opt.add_argument(
+    "--bands",
+    type=common.positive_int,
+    default=None,
+    help="b̂ for bandmf and band-toeplitz (default: min-sep, capped at n)",
+  )
+  opt.add_argument(
+    "--buffers",
+    type=common.positive_int,
+    default=None,
+    help="number of BLT buffers (default: chosen automatically)",
+  )
+  opt.add_argument(
+    "--objective",
+    choices=("max", "rms"),
+    default=None,
+    help="loss to minimize (default: rms for bandmf and band-toeplitz, max for blt)",
+  )
+  opt.add_argument(
+    "--tree-variant",
+    choices=("vanilla", "online-honaker", "full-honaker"),
+    default="online-honaker",
+  )
+  opt.add_argument(
+    "--column-normalize",
+    action="store_true",
+    help="band-toeplitz: store the strategy as column-normalized (Scaling BandMF §3.1)",
+  )
+  opt.add_argument(
+    "--max-iter", type=common.positive_int, default=None, help="optimizer iteration budget"
+  )
   opt.add_argument("--seed", type=int, default=0, help="seed for multi-start optimizers")
   opt.add_argument("--out", required=True, help="output strategy JSON file")
   opt.add_argument("--json", action="store_true", help="print the evaluation of the result as JSON")
@@ -48,18 +74,26 @@ def add_parser(subparsers: Any) -> None:
   opt.set_defaults(func=run_optimize)
 
   ev = sub.add_parser(
-      "evaluate", help="sensitivity, error and loss of a strategy file",
-      description="Evaluate a strategy file: sensitivity (and how it was obtained), MaxError, RmsError, "
-                  "MaxLoss and RmsLoss for the prefix-sum workload (or --workload).")
+    "evaluate",
+    help="sensitivity, error and loss of a strategy file",
+    description="Evaluate a strategy file: sensitivity (and how it was obtained), MaxError, RmsError, "
+    "MaxLoss and RmsLoss for the prefix-sum workload (or --workload).",
+  )
   ev.add_argument("strategy", metavar="FILE.json")
   common.add_participation_args(ev)
-  ev.add_argument("--sensitivity", choices=("auto", "upper-bound", "lower-bound"), default="auto",
-                  help="auto: exact where a theorem applies, else a valid upper bound; lower-bound is "
-                       "001 Remark 3.2 and is labelled as such")
-  ev.add_argument("--workload", choices=("prefix", "momentum"), default="prefix",
-                  help="prefix: prefix sums; momentum: SGD with momentum 0.95")
-  ev.add_argument("--noise-multiplier", type=common.positive_float, default=None,
-                  help="also report the RMSE at this noise multiplier (applied to C as loaded)")
+  common.add_method_args(ev)
+  ev.add_argument(
+    "--workload",
+    choices=("prefix", "momentum"),
+    default="prefix",
+    help="prefix: prefix sums; momentum: SGD with momentum 0.95",
+  )
+  ev.add_argument(
+    "--noise-multiplier",
+    type=common.positive_float,
+    default=None,
+    help="also report the RMSE at this noise multiplier (applied to C as loaded)",
+  )
   ev.add_argument("--json", action="store_true", help="print one JSON object")
   ev.set_defaults(func=run_evaluate)
 
@@ -82,23 +116,36 @@ def _print_table(title: str, rows: list[tuple[str, Any]]) -> None:
 
 
 def _print_evaluation(path: str, out: dict[str, Any]) -> None:
-  _print_table(f"strategy {path} ({out['mechanism']}), n={out['n']}, workload={out['workload']}", [
+  _print_table(
+    f"strategy {path} ({out['mechanism']}), n={out['n']}, workload={out['workload']}",
+    [
       ("min-sep b", out["min_sep"]),
       ("max participations k", out["max_participations"]),
       ("effective k", out["effective_max_participations"]),
-      ("sensitivity", f"{out['sensitivity']:.6g}  ({out['sensitivity_method']}, {out['sensitivity_algorithm']})"),
+      (
+        "sensitivity",
+        f"{out['sensitivity']:.6g}  ({out['sensitivity_method']}, {out['sensitivity_algorithm']})",
+      ),
       ("max error", out["max_error"]),
       ("rms error", out["rms_error"]),
       ("max loss", out["max_loss"]),
       ("rms loss", out["rms_loss"]),
-  ] + ([("rmse @ noise multiplier", f"{out['rmse']:.6g} @ {out['noise_multiplier']}")] if "rmse" in out else []))
+    ]
+    + (
+      [("rmse @ noise multiplier", f"{out['rmse']:.6g} @ {out['noise_multiplier']}")]
+      if "rmse" in out
+      else []
+    ),
+  )
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
   from fedmf.mf import evaluation, strategies
+  from fedmf.mf.schema import ParticipationSchema
+
   strategy = strategies.load_strategy(args.strategy)
-  result = evaluation.evaluate(strategy, args.n, args.min_sep, args.max_participations,
-                               workload=args.workload, method=args.sensitivity)
+  schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
+  result = evaluation.evaluate(strategy, schema, workload=args.workload, method=args.sensitivity)
   out = _evaluation_dict(result, args.noise_multiplier)
   if args.json:
     json.dump(out, sys.stdout)
@@ -115,14 +162,18 @@ class _Progress:
     self._bar = None
     if enabled:
       from tqdm import tqdm
+
       self._bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True, leave=True)
 
   def __call__(self, info: dict[str, Any]) -> None:
     if self._bar is None:
       return
     self._bar.update(1)
-    postfix = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in info.items()
-               if k in ("loss", "start", "buffers", "objective", "bands")}
+    postfix = {
+      k: (f"{v:.6g}" if isinstance(v, float) else v)
+      for k, v in info.items()
+      if k in ("loss", "start", "buffers", "objective", "bands")
+    }
     self._bar.set_postfix(postfix, refresh=False)
 
   def close(self) -> None:
@@ -130,75 +181,53 @@ class _Progress:
       self._bar.close()
 
 
-def optimize_strategy(mechanism: str, n: int, min_sep: int, max_participations: Optional[int], *,
-                      bands: Optional[int] = None, buffers: Optional[int] = None,
-                      objective: Optional[str] = None, tree_variant: str = "online-honaker",
-                      column_normalize: bool = False, max_iter: Optional[int] = None, seed: int = 0,
-                      progress: Optional[Callable[[dict[str, Any]], None]] = None):
-  """Optimizes a strategy of the given mechanism; returns (strategy, info dict)."""
-  from fedmf.mf import strategies as st
-  objective = objective or DEFAULT_OBJECTIVE.get(mechanism, "rms")
-  info: dict[str, Any] = {"objective": objective}
-  if mechanism == "dpsgd":
-    return st.DpSgd(), info
-  if mechanism == "tree":
-    return st.Tree(variant=tree_variant), info
-  if mechanism == "blt":
-    from fedmf.mf import blt
-    kwargs = {} if max_iter is None else {"max_iter": max_iter}
-    buf_decay, output_scale, opt_info = blt.optimize_blt(
-        n, min_sep, max_participations, num_buffers=buffers, objective=objective, seed=seed,
-        progress=progress, **kwargs)
-    info.update(opt_info)
-    strategy = st.load_strategy({"mechanism": "blt", "buf_decay": list(buf_decay), "output_scale": list(output_scale)})
-    return strategy, info
-  bands = min(bands or min_sep, n)
-  info["bands"] = bands
-  if mechanism == "band-toeplitz":
-    from fedmf.mf import toeplitz
-    kwargs = {} if max_iter is None else {"max_iter": max_iter}
-    coefs, opt_info = toeplitz.optimize_band_toeplitz(
-        n, bands, min_sep, max_participations, objective=objective, progress=progress, **kwargs)
-    info.update(opt_info)
-    return st.load_strategy({"mechanism": "band-toeplitz", "coefficients": list(coefs),
-                             "column_normalized": column_normalize}), info
-  if mechanism == "bandmf":
-    from fedmf.mf import banded_optimize
-    kwargs = {} if max_iter is None else {"max_iter": max_iter}
-    theta, opt_info = banded_optimize.optimize_bandmf(
-        n, bands, min_sep=min_sep, max_participations=max_participations, objective=objective,
-        progress=progress, **kwargs)
-    info.update(opt_info)
-    columns = [list(theta[: min(bands, n - j), j]) for j in range(n)]
-    return st.load_strategy({"mechanism": "bandmf", "n": n, "bands": bands, "columns": columns}), info
-  raise ValueError(f"unknown mechanism {mechanism!r}")
-
-
 def run_optimize(args: argparse.Namespace) -> int:
   from fedmf.mf import evaluation, strategies
+  from fedmf.mf.schema import ParticipationSchema
+
   common.check_writable(args.out)
   total = args.max_iter if args.mechanism == "bandmf" else None
-  bar = _Progress(not args.no_progress and args.mechanism not in ("dpsgd", "tree"), total,
-                  f"optimize {args.mechanism}")
+  bar = _Progress(
+    not args.no_progress and args.mechanism not in ("dpsgd", "tree"),
+    total,
+    f"optimize {args.mechanism}",
+  )
   start = time.perf_counter()
+  schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
+  options = strategies.OptimizeOptions(
+    bands=args.bands,
+    buffers=args.buffers,
+    objective=args.objective,
+    tree_variant=args.tree_variant,
+    column_normalize=args.column_normalize,
+    max_iter=args.max_iter,
+    seed=args.seed,
+    progress=bar,
+  )
   try:
-    strategy, info = optimize_strategy(
-        args.mechanism, args.n, args.min_sep, args.max_participations, bands=args.bands,
-        buffers=args.buffers, objective=args.objective, tree_variant=args.tree_variant,
-        column_normalize=args.column_normalize, max_iter=args.max_iter, seed=args.seed, progress=bar)
+    strategy, info = strategies.mechanism_class(args.mechanism).optimize(schema, options)
   finally:
     bar.close()
   seconds = time.perf_counter() - start
-  result = evaluation.evaluate(strategy, args.n, args.min_sep, args.max_participations)
+  result = evaluation.evaluate(strategy, schema)
   metadata = {
-      "optimized_for": {"n": args.n, "min_sep": args.min_sep, "max_participations": args.max_participations,
-                        "objective": info.get("objective"), "workload": "prefix"},
-      "loss": {"max_loss": result.max_loss, "rms_loss": result.rms_loss,
-               "sensitivity": result.sensitivity, "sensitivity_method": result.sensitivity_method},
-      "optimizer_seconds": round(seconds, 3),
+    "optimized_for": {
+      "n": args.n,
+      "min_sep": args.min_sep,
+      "max_participations": args.max_participations,
+      "objective": info.get("objective"),
+      "workload": "prefix",
+    },
+    "loss": {
+      "max_loss": result.max_loss,
+      "rms_loss": result.rms_loss,
+      "sensitivity": result.sensitivity,
+      "sensitivity_method": result.sensitivity_method,
+    },
+    "optimizer_seconds": round(seconds, 3),
   }
   strategies.save_strategy(strategy, args.out, **metadata)
-  logger.info("wrote %s (%s) in %.1f s", args.out, strategies.describe(strategy), seconds)
+  logger.info("wrote %s (%s) in %.1f s", args.out, strategy.describe(), seconds)
   out = _evaluation_dict(result)
   out["out"] = args.out
   out["optimizer_seconds"] = seconds

@@ -5,17 +5,17 @@ B = A C⁻¹, X = CᵀC. A b̂-banded lower-triangular C has C_ij ≠ 0 only for
 
 Internal representation: a (bands × n) float64 array `theta` with theta[r, j] = C[j + r, j]. Entries
 with j + r ≥ n are out of range and always zero. Column j of C is theta[:, j] (the architecture's
-`columns[j]`, padded with zeros). "Column-normalized" (002 §3.1) means every column has unit L2 norm,
-so diag(X) = 1 and, under b-min-sep participation with b ≥ b̂, sens² = k_eff exactly (000 §4,
+`columns[j]`, padded with zeros). "Column-normalized" (Scaling BandMF §3.1) means every column has unit L2 norm,
+so diag(X) = 1 and, under b-min-sep participation with b ≥ b̂, sens² = k_eff exactly (BandMF §4,
 columns b̂ apart have disjoint support).
 
 Implemented here:
 - conversion and normalization (`columns_to_theta`, `normalize_columns`, `banded_matrix`);
-- streaming C⁻¹ z (000 App. J Alg. 9) and C x with O(b̂·d) state;
+- streaming C⁻¹ z (BandMF App. J Alg. 9) and C x with O(b̂·d) state;
 - the per-round squared error, i.e. squared row norms of B = A C⁻¹, in O(n²b̂) time and O(n b̂)
-  memory for the prefix workload (002 Alg. 3, corrected in the mechanisms digest);
+  memory for the prefix workload (Scaling BandMF Alg. 3, corrected in docs/mechanisms.md);
 - ‖A C⁻¹‖²_F and its gradient in the column-normalized parametrization;
-- X = CᵀC ↔ C by banded reverse Cholesky (000 Prop 4.1).
+- X = CᵀC ↔ C by banded reverse Cholesky (BandMF Prop 4.1).
 
 Squared quantities say so in their names (architecture convention): `loss_sq` = ‖A C⁻¹‖²_F,
 `decoder_row_sq_norms`, `sensitivity_sq`.
@@ -23,12 +23,15 @@ Squared quantities say so in their names (architecture convention): `loss_sq` = 
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 import numpy as np
 import scipy.linalg
 
+from fedmf.mf import strategy as strategy_lib
+from fedmf.mf import streaming
 from fedmf.mf import workloads as workloads_lib
 
 ColumnsLike = Sequence[Sequence[float]] | np.ndarray
@@ -67,7 +70,7 @@ def columns_to_theta(columns: ColumnsLike, n: int | None = None) -> np.ndarray:
     theta = np.zeros((bands, n), dtype=np.float64)
     for j in range(n):
       c = cols[j][:bands]
-      theta[:len(c), j] = c
+      theta[: len(c), j] = c
   if bands < 1:
     raise ValueError('columns must have at least one entry (the diagonal)')
   return _zero_out_of_range(theta)
@@ -76,11 +79,11 @@ def columns_to_theta(columns: ColumnsLike, n: int | None = None) -> np.ndarray:
 def theta_to_columns(theta: np.ndarray) -> list[np.ndarray]:
   """Unpacks theta into `columns[j]` of length min(bands, n - j)."""
   bands, n = theta.shape
-  return [np.array(theta[:min(bands, n - j), j]) for j in range(n)]
+  return [np.array(theta[: min(bands, n - j), j]) for j in range(n)]
 
 
 def normalize_columns(columns: ColumnsLike, n: int | None = None) -> np.ndarray:
-  """Column-normalized theta for the leading n×n block (002 §3.1).
+  """Column-normalized theta for the leading n×n block (Scaling BandMF §3.1).
 
   Columns are first truncated to their in-range entries min(bands, n - j), then each is divided by
   the L2 norm of those entries. Evaluating a strategy saved for n rounds at n' ≤ n therefore
@@ -100,7 +103,9 @@ def normalize_columns(columns: ColumnsLike, n: int | None = None) -> np.ndarray:
   norms = np.sqrt(np.sum(theta * theta, axis=0))
   bad = np.flatnonzero(~(norms > 0.0) | ~np.isfinite(norms))
   if bad.size:
-    raise ValueError(f'column {bad[0]} of the banded strategy is zero (or not finite) within n rounds')
+    raise ValueError(
+      f'column {bad[0]} of the banded strategy is zero (or not finite) within n rounds'
+    )
   return theta / norms
 
 
@@ -111,7 +116,7 @@ def banded_matrix(theta: np.ndarray) -> np.ndarray:
   c = np.zeros((n, n), dtype=np.float64)
   for r in range(min(bands, n)):
     j = np.arange(n - r)
-    c[j + r, j] = theta[r, :n - r]
+    c[j + r, j] = theta[r, : n - r]
   return c
 
 
@@ -122,12 +127,12 @@ def theta_from_matrix(c: np.ndarray, bands: int) -> np.ndarray:
   bands = min(bands, n)
   theta = np.zeros((bands, n), dtype=np.float64)
   for r in range(bands):
-    theta[r, :n - r] = np.diagonal(c, -r)
+    theta[r, : n - r] = np.diagonal(c, -r)
   return theta
 
 
 def sensitivity_sq(n: int, bands: int, min_sep: int, max_participations: int | None) -> float:
-  """sens² = k_eff of a column-normalized b̂-banded C under b-min-sep with b ≥ b̂ (000 §4, 002 §3.1).
+  """sens² = k_eff of a column-normalized b̂-banded C under b-min-sep with b ≥ b̂ (BandMF §4, Scaling BandMF §3.1).
 
   k_eff = min(k, ceil(n / b)); k = None means unbounded. Refuses b < b̂, where the columns of
   participating rounds may overlap and this value is not the sensitivity.
@@ -141,86 +146,109 @@ def sensitivity_sq(n: int, bands: int, min_sep: int, max_participations: int | N
 
 
 # ---------------------------------------------------------------------------------------------
-# Streaming (numpy reference).
+# Streaming C⁻¹ z (one definition for numpy and TensorFlow, see fedmf.mf.streaming).
 
 
-class BandedInverseStream:
-  """Streams y = C⁻¹ z one round at a time with O(b̂·d) memory (000 App. J Alg. 9).
+@dataclasses.dataclass(frozen=True, eq=False)
+class BandedStream(streaming.NoiseStream):
+  """Round t's [C⁻¹ z]_t for a b̂-banded lower-triangular C (BandMF App. J Alg. 9):
 
-  y_i = (z_i - Σ_{j=i-b̂+1}^{i-1} C_ij y_j) / C_ii. Each z_i has the trailing `shape`; the state is
-  the last b̂ - 1 outputs. Running past n rounds raises RuntimeError.
+      y_t = (z_t - Σ_{r=1}^{b̂-1} C[t, t-r] y_{t-r}) / C[t, t].
+
+  State: (t, per tensor the b̂ - 1 previous outputs, newest first); the ring shifts by tuple
+  re-indexing, so a step allocates one model-sized output and copies nothing. C[t, t-r] comes from
+  `table[t, r]` (any banded C over a horizon n: BandMF, a column-normalized banded Toeplitz, a
+  dense C as b̂ = n), or from Toeplitz `coefs[r]` (no horizon). The Toeplitz form also carries the
+  impulse response ĉ of C⁻¹ in float64, whose running sum of squares is ‖row_t of C⁻¹‖².
   """
 
-  def __init__(self, theta: np.ndarray, shape: tuple[int, ...] | int = ()):
-    self._theta = np.asarray(theta, dtype=np.float64)
-    if self._theta.ndim != 2:
-      raise ValueError('theta must be a (bands × n) array')
-    if np.any(self._theta[0] == 0.0):
-      raise ValueError('banded C has a zero diagonal entry and is not invertible')
-    self._shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    self.bands, self.n = self._theta.shape
-    self._m = self.bands - 1
-    self._buf = np.zeros((max(self._m, 1),) + self._shape, dtype=np.float64)
-    self.round = 0
+  bands: int
+  table: Optional[np.ndarray] = None  # (n, b̂): table[t, r] = C[t, t-r] (0 where t < r).
+  coefs: Optional[tuple[float, ...]] = None  # (b̂,): C[t, t-r] = coefs[r].
+  row_norm_table: Optional[np.ndarray] = None  # (n,): ‖row_t of C⁻¹‖ with `table`.
 
-  def next(self, z: np.ndarray) -> np.ndarray:
-    """Consumes z_i and returns y_i = [C⁻¹ z]_i."""
-    i = self.round
-    if i >= self.n:
-      raise RuntimeError(f'BandedInverseStream: strategy has n={self.n} rounds; cannot produce round {i}')
-    z = np.asarray(z, dtype=np.float64)
-    if z.shape != self._shape:
-      raise ValueError(f'expected z of shape {self._shape}, got {z.shape}')
-    acc = z.copy()
-    if self._m > 0 and i > 0:
-      acc -= np.tensordot(self._coefs(i), self._buf, axes=1)
-    y = acc / self._theta[0, i]
-    if self._m > 0:
-      self._buf[i % self._m] = y
-    self.round = i + 1
-    return y
+  @property
+  def horizon(self) -> Optional[int]:  # type: ignore[override]
+    return None if self.table is None else int(self.table.shape[0])
 
-  def _coefs(self, i: int) -> np.ndarray:
-    # coef[slot(j)] = C_ij = theta[i - j, j] for j in [i - m, i - 1]; slot(j) = j mod m.
-    m = self._m
-    coef = np.zeros(m, dtype=np.float64)
-    j = np.arange(max(0, i - m), i)
-    coef[j % m] = self._theta[i - j, j]
-    return coef
+  @property
+  def memory(self) -> int:
+    return self.bands - 1
+
+  def _ring(self, shape, dtype, ops) -> tuple:
+    # A bands = 1 (diagonal) C keeps one unused scalar: TFF refuses empty state structures.
+    if not self.memory:
+      return (ops.zeros((), dtype),)
+    return tuple(ops.zeros(shape, dtype) for _ in range(self.memory))
+
+  def init(self, specs, ops):
+    state = (
+      streaming.round_counter(ops),
+      tuple(self._ring(spec.shape, spec.dtype, ops) for spec in specs),
+    )
+    if self.table is None:
+      state += ((self._ring((), ops.float64, ops), ops.constant(0.0, ops.float64)),)
+    return state
+
+  def _coefficients(self, t, dtype, ops):
+    if self.table is not None:
+      return ops.gather(self.table, t, dtype)
+    return self.coefs
+
+  def _apply(self, z, ring, coef):
+    acc = z
+    for r in range(1, self.bands):  # Newest first: ring[r-1] = y_{t-r}.
+      acc = acc - coef[r] * ring[r - 1]
+    y = acc / coef[0]
+    return y, (((y,) + tuple(ring[:-1])) if self.memory else tuple(ring))
+
+  def step(self, state, z, ops):
+    t, rings = state[0], state[1]
+    draws = z(0)
+    coefs = {}
+    outputs, new_rings = [], []
+    for zk, ring in zip(draws, rings):
+      if zk.dtype not in coefs:
+        coefs[zk.dtype] = self._coefficients(t, zk.dtype, ops)
+      y, new_ring = self._apply(zk, ring, coefs[zk.dtype])
+      outputs.append(y)
+      new_rings.append(new_ring)
+    new_state = (t + 1, tuple(new_rings))
+    if self.table is None:
+      imp_ring, cum = state[2]
+      c_hat, imp_ring = self._apply(ops.is_first_round(t, ops.float64), imp_ring, self.coefs)
+      new_state += ((imp_ring, cum + c_hat * c_hat),)
+    return outputs, new_state
+
+  def row_norm(self, state, ops):
+    t = state[0]
+    if self.table is not None:
+      return ops.gather(self.row_norm_table, t, ops.float64)
+    imp_ring, cum = state[2]
+    c_hat, _ = self._apply(ops.is_first_round(t, ops.float64), imp_ring, self.coefs)
+    return ops.sqrt(cum + c_hat * c_hat)
 
 
-class BandedMultiplyStream:
-  """Streams C x one round at a time: (C x)_i = Σ_{j=i-b̂+1}^{i} C_ij x_j, O(b̂·d) memory."""
+def banded_stream(theta: np.ndarray) -> BandedStream:
+  """The C⁻¹ stream of the banded C given by theta (b̂ × n) over its horizon n."""
+  theta = np.asarray(theta, dtype=np.float64)
+  bands, n = theta.shape
+  if np.any(theta[0] == 0.0):
+    raise ValueError("banded C has a zero diagonal entry and is not invertible")
+  table = np.zeros((n, bands))
+  for r in range(bands):  # table[t, r] = C[t, t-r] = theta[r, t-r].
+    table[r:, r] = theta[r, : n - r]
+  # ‖row_t(C⁻¹)‖ by forward substitution on the identity (O(n²·b̂), dense n×n).
+  c_inv = scipy.linalg.solve_triangular(banded_matrix(theta), np.eye(n), lower=True)
+  return BandedStream(bands=bands, table=table, row_norm_table=np.linalg.norm(c_inv, axis=1))
 
-  def __init__(self, theta: np.ndarray, shape: tuple[int, ...] | int = ()):
-    self._theta = np.asarray(theta, dtype=np.float64)
-    if self._theta.ndim != 2:
-      raise ValueError('theta must be a (bands × n) array')
-    self._shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    self.bands, self.n = self._theta.shape
-    self._m = self.bands - 1
-    self._buf = np.zeros((max(self._m, 1),) + self._shape, dtype=np.float64)
-    self.round = 0
 
-  def next(self, x: np.ndarray) -> np.ndarray:
-    """Consumes x_i and returns [C x]_i."""
-    i = self.round
-    if i >= self.n:
-      raise RuntimeError(f'BandedMultiplyStream: strategy has n={self.n} rounds; cannot produce round {i}')
-    x = np.asarray(x, dtype=np.float64)
-    if x.shape != self._shape:
-      raise ValueError(f'expected x of shape {self._shape}, got {x.shape}')
-    out = self._theta[0, i] * x
-    m = self._m
-    if m > 0:
-      if i > 0:
-        coef = np.zeros(m, dtype=np.float64)
-        j = np.arange(max(0, i - m), i)
-        coef[j % m] = self._theta[i - j, j]
-        out = out + np.tensordot(coef, self._buf, axes=1)
-      self._buf[i % m] = x
-    self.round = i + 1
-    return out
+def toeplitz_stream(coefs: Sequence[float]) -> BandedStream:
+  """The C⁻¹ stream of the banded Toeplitz C = LtToep(coefs), with no horizon."""
+  coefs = tuple(float(c) for c in coefs)
+  if coefs[0] == 0.0:
+    raise ValueError("the diagonal coefficient coefs[0] must be non-zero")
+  return BandedStream(bands=len(coefs), coefs=coefs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +258,7 @@ class BandedMultiplyStream:
 def decoder_row_sq_norms(theta: np.ndarray, workload: np.ndarray | None = None) -> np.ndarray:
   """Squared row norms ‖row_i(A C⁻¹)‖² (per-round squared error, sensitivity excluded).
 
-  Prefix workload (workload None or the ones matrix): 002 Alg. 3 as corrected in the digest. Row i of
+  Prefix workload (workload None or the ones matrix): Scaling BandMF Alg. 3 as corrected in docs/mechanisms.md. Row i of
   C⁻¹ comes from banded forward substitution, y_i = (e_i - Σ_{j=i-b̂+1}^{i-1} C_ij y_j) / C_ii, and
   row i of B is b_i = b_{i-1} + y_i. O(n²b̂) time, O(n b̂) memory.
 
@@ -280,7 +308,7 @@ def decoder_row_sq_norms(theta: np.ndarray, workload: np.ndarray | None = None) 
 
 
 def loss_sq(theta: np.ndarray, workload: np.ndarray | None = None) -> float:
-  """‖A C⁻¹‖²_F for the given banded C (squared; 000 Eq. 3–4 without the sens² factor)."""
+  """‖A C⁻¹‖²_F for the given banded C (squared; BandMF Eq. 3–4 without the sens² factor)."""
   return float(np.sum(decoder_row_sq_norms(theta, workload)))
 
 
@@ -303,11 +331,12 @@ def _store_band(block: np.ndarray, s: int, e: int, e2: int, g: np.ndarray) -> No
     g[r, c] = block[c + r - s, c - s]
 
 
-def loss_sq_and_grad(theta: np.ndarray, workload: np.ndarray | None = None,
-                     row_weights: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+def loss_sq_and_grad(
+  theta: np.ndarray, workload: np.ndarray | None = None, row_weights: np.ndarray | None = None
+) -> tuple[float, np.ndarray]:
   """‖A C(Θ)⁻¹‖²_F and its gradient w.r.t. the raw parameters Θ of a column-normalized C.
 
-  C(Θ) has column j equal to Θ[:, j] / ‖Θ[:, j]‖ (in-range entries; 002 §3.1). With F = A C⁻¹ and
+  C(Θ) has column j equal to Θ[:, j] / ‖Θ[:, j]‖ (in-range entries; Scaling BandMF §3.1). With F = A C⁻¹ and
   M = F C⁻ᵀ = A X⁻¹, ∂‖F‖²/∂C = -2 Fᵀ M restricted to the band, and the normalization chain rule is
   ∂/∂θ_j = (g_j - c_j ⟨c_j, g_j⟩) / ‖θ_j‖. Dense O(n³) time in LAPACK/BLAS-3 (a triangular inverse
   plus ~n³/2 flops of blocked products), O(n²) memory. The workload must be lower triangular.
@@ -320,6 +349,7 @@ def loss_sq_and_grad(theta: np.ndarray, workload: np.ndarray | None = None,
   Returns:
     (value, grad) with grad of theta's shape (zero out of range).
   """
+
   def weights(row_sq):
     if row_weights is None:
       return float(np.sum(row_sq)), None
@@ -331,8 +361,9 @@ def loss_sq_and_grad(theta: np.ndarray, workload: np.ndarray | None = None,
 
 
 def loss_and_grad_with_row_weights(
-    theta: np.ndarray, workload: np.ndarray | None,
-    weights: Callable[[np.ndarray], tuple[float, np.ndarray | None]],
+  theta: np.ndarray,
+  workload: np.ndarray | None,
+  weights: Callable[[np.ndarray], tuple[float, np.ndarray | None]],
 ) -> tuple[float, np.ndarray, np.ndarray]:
   """Gradient of any objective φ(r) of the squared row norms r_i = ‖row_i(A C(Θ)⁻¹)‖².
 
@@ -376,7 +407,7 @@ def apply_workload(workload: np.ndarray | None, c_inv: np.ndarray) -> np.ndarray
 
 
 # ---------------------------------------------------------------------------------------------
-# X = CᵀC and the banded reverse Cholesky (000 Prop 4.1).
+# X = CᵀC and the banded reverse Cholesky (BandMF Prop 4.1).
 
 
 def gram_band(theta: np.ndarray) -> np.ndarray:
@@ -386,12 +417,12 @@ def gram_band(theta: np.ndarray) -> np.ndarray:
   x_low = np.zeros_like(theta)
   # X[j+r, j] = Σ_s C[s, j+r] C[s, j] = Σ_t theta[t, j+r] theta[t + r, j].
   for r in range(bands):
-    x_low[r, :n - r] = np.sum(theta[:bands - r, r:] * theta[r:, :n - r], axis=0)
+    x_low[r, : n - r] = np.sum(theta[: bands - r, r:] * theta[r:, : n - r], axis=0)
   return x_low
 
 
 def reverse_cholesky_banded(x_low: np.ndarray) -> np.ndarray:
-  """The lower-triangular b̂-banded C with CᵀC = X, as theta (000 Prop 4.1).
+  """The lower-triangular b̂-banded C with CᵀC = X, as theta (BandMF Prop 4.1).
 
   With J the exchange matrix, JXJ = L Lᵀ (ordinary banded Cholesky) and C = J Lᵀ J, i.e.
   C[j + r, j] = L[n-1-j, n-1-j-r]: both bands are the lower bands of L read backwards.
@@ -416,12 +447,120 @@ def _flip_band(band: np.ndarray) -> np.ndarray:
   out = np.zeros_like(band)
   bands, n = band.shape
   for r in range(bands):
-    out[r, :n - r] = band[r, :n - r][::-1]
+    out[r, : n - r] = band[r, : n - r][::-1]
   return out
 
 
 def _zero_out_of_range(theta: np.ndarray) -> np.ndarray:
   bands, n = theta.shape
   for r in range(1, bands):
-    theta[r, max(n - r, 0):] = 0.0
+    theta[r, max(n - r, 0) :] = 0.0
   return theta
+
+
+# ---------------------------------------------------------------------------------------------
+# The BandMF strategy.
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BandMF(strategy_lib.Strategy):
+  """Column-normalized b̂-banded C over `n` rounds (Scaling BandMF §3.1).
+
+  JSON: {"mechanism": "bandmf", "n": N, "bands": BH, "columns": [[...], ...]}, columns[j] = column
+  j of C from the diagonal down, min(b̂, n-j) entries, possibly unnormalized. C is used
+  column-normalized, so sens² = k_eff whenever b ≥ b̂. A file built for n serves any n' ≤ n through
+  its leading n'×n' block, normalized at n'. `theta[r, j]` holds the raw C[j+r, j].
+  """
+
+  n: int
+  bands: int
+  theta: np.ndarray
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  mechanism: ClassVar[str] = "bandmf"
+
+  @property
+  def columns(self) -> list[list[float]]:
+    return [self.theta[: min(self.bands, self.n - j), j].tolist() for j in range(self.n)]
+
+  @classmethod
+  def from_dict(cls, obj):
+    n = strategy_lib.positive_int(obj, "n")
+    bands = strategy_lib.positive_int(obj, "bands")
+    if bands > n:
+      raise strategy_lib.StrategyError(
+        f"strategy field 'bands' ({bands}) must not exceed 'n' ({n})"
+      )
+    columns = obj.get("columns")
+    if columns is None:
+      raise strategy_lib.StrategyError("strategy field 'columns' is missing")
+    if isinstance(columns, np.ndarray):
+      columns = list(columns)
+    if not isinstance(columns, (list, tuple)) or len(columns) != n:
+      got = len(columns) if isinstance(columns, (list, tuple)) else type(columns).__name__
+      raise strategy_lib.StrategyError(
+        f"strategy field 'columns' must be a list of n={n} columns, got {got}"
+      )
+    theta = np.zeros((bands, n))
+    for j, column in enumerate(columns):
+      expected = min(bands, n - j)
+      try:
+        values = np.asarray(column, dtype=np.float64)
+      except (TypeError, ValueError):
+        raise strategy_lib.StrategyError(
+          f"strategy field 'columns[{j}]' must be a list of numbers"
+        ) from None
+      if values.ndim != 1 or len(values) != expected:
+        raise strategy_lib.StrategyError(
+          f"strategy field 'columns[{j}]' must have min(bands, n-j) = {expected} entries, got {values.size}"
+        )
+      if not np.all(np.isfinite(values)):
+        raise strategy_lib.StrategyError(f"strategy field 'columns[{j}]' has a non-finite value")
+      if values[0] == 0:
+        raise strategy_lib.StrategyError(
+          f"strategy field 'columns[{j}]': the diagonal entry must be non-zero"
+        )
+      theta[:expected, j] = values
+    return cls(
+      n,
+      bands,
+      strategy_lib.readonly(theta),
+      metadata=strategy_lib.extra_fields(obj, ("n", "bands", "columns")),
+    )
+
+  def fields(self):
+    return {"n": self.n, "bands": self.bands, "columns": self.columns}
+
+  def describe(self) -> str:
+    return f"bandmf (n={self.n}, {self.bands} bands)"
+
+  @property
+  def horizon(self) -> int:
+    return self.n
+
+  def banded_theta(self, n: int) -> np.ndarray:
+    """Columns truncated to the leading n×n block, then normalized (unit-norm columns of C)."""
+    self.check_horizon(n)
+    return normalize_columns(self.theta, n)
+
+  def noise_stream(self, n: Optional[int] = None) -> BandedStream:
+    return banded_stream(self.banded_theta(self.n if n is None else n))
+
+  @classmethod
+  def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
+    from fedmf.mf import banded_optimize  # pylint: disable=g-import-not-at-top
+
+    bands = options.band_count(schema)
+    theta, info = banded_optimize.optimize_bandmf(
+      schema.n,
+      bands,
+      min_sep=schema.min_sep,
+      max_participations=schema.max_participations,
+      objective=options.objective or "rms",
+      progress=options.progress,
+      **options.max_iter_kwargs(),
+    )
+    columns = [list(theta[: min(bands, schema.n - j), j]) for j in range(schema.n)]
+    strategy = cls.from_dict(
+      {"mechanism": cls.mechanism, "n": schema.n, "bands": bands, "columns": columns}
+    )
+    return strategy, {"objective": options.objective or "rms", "bands": bands, **info}

@@ -1,31 +1,31 @@
 """Optimizing column-normalized b̂-banded strategies (BandMF) and choosing b̂.
 
 Notation follows docs/architecture.md (n, A, C, B = A C⁻¹, X = CᵀC, `bands` = b̂, `min_sep` = b,
-`max_participations` = k). The objective is the expected total squared error (000 Eq. 3–4)
+`max_participations` = k). The objective is the expected total squared error (BandMF Eq. 3–4)
 
   L(C) = sens²(C) · ‖A C⁻¹‖²_F.
 
 For a column-normalized b̂-banded C and b-min-sep participation with b ≥ b̂, sens² = k_eff =
-min(k, ceil(n/b)) for every such C (000 §4, 002 §3.1). So once b ≥ b̂ the optimal C does not depend on
+min(k, ceil(n/b)) for every such C (BandMF §4, Scaling BandMF §3.1). So once b ≥ b̂ the optimal C does not depend on
 (b, k): we minimize ‖A C⁻¹‖²_F alone, and (b, k) only scale the result. The optional 'max' objective
-minimizes max_i ‖row_i(A C⁻¹)‖² (MaxError², 000 Eq. 3–4) through a p-norm continuation of the squared
+minimizes max_i ‖row_i(A C⁻¹)‖² (MaxError², BandMF Eq. 3–4) through a p-norm continuation of the squared
 row norms, with the same gradient machinery (a row-weighted Frobenius gradient).
 
 Two methods share one L-BFGS loop (Armijo backtracking; an infeasible trial point counts as +inf
 and shrinks the step, since scipy's L-BFGS-B has been seen to stop early when fed inf):
 
-- 'theta' (default): L-BFGS directly on the raw parameters Θ of the column-normalized C (002 §3.1),
+- 'theta' (default): L-BFGS directly on the raw parameters Θ of the column-normalized C (Scaling BandMF §3.1),
   C[:, j] = Θ[:, j] / ‖Θ[:, j]‖. Gradient: the adjoint of ‖A C⁻¹‖²_F, ∂/∂C = -2 Fᵀ A X⁻¹ with
   F = A C⁻¹, masked to the band and pulled back through the normalization
   (`banded.loss_sq_and_grad`). One evaluation is a dense triangular inverse and product in LAPACK /
   BLAS-3 (O(n³), ~0.3–0.6 s at n = 2052) plus the band of a product (O(n² b̂)); memory is a handful
   of n×n float64 matrices (34 MB each at n = 2052), not the O(n² b̂) tape of reverse-mode autodiff.
-- 'x', the "X route" (000 Problem 2 / Eq. 6): minimize the convex tr(AᵀA X⁻¹) over symmetric X with
+- 'x', the "X route" (BandMF Problem 2 / Eq. 6): minimize the convex tr(AᵀA X⁻¹) over symmetric X with
   diag(X) = 1 and X_ij = 0 for |i-j| ≥ b̂; the gradient is -X⁻¹AᵀAX⁻¹ masked to the band, and a
   failed Cholesky marks a non-PD trial point. C is recovered by the banded reverse Cholesky
-  (000 Prop 4.1), with unit columns because diag(X) = 1.
+  (BandMF Prop 4.1), with unit columns because diag(X) = 1.
 
-Both reach the same optimum (002 App. B Example B.1 to 1e-9). Per-iteration costs are equal, but the
+Both reach the same optimum (Scaling BandMF App. B Example B.1 to 1e-9). Per-iteration costs are equal, but the
 'theta' route needs far fewer iterations: at n = 2052, b̂ = 342 (prefix sum) it reaches
 ‖A C⁻¹‖²_F = 25267.5 after 80 iterations, 25266.4 after 100 and 25265.85 after 180, whereas the X route
 is at 25689.8 after 80 and 25514.3 after 100 (measured, 2 shared cores). Hence the default.
@@ -65,19 +65,19 @@ def warm_start_theta(n: int, bands: int) -> np.ndarray:
 
 
 def optimize_bandmf(
-    n: int,
-    bands: int,
-    min_sep: int | None = None,
-    max_participations: int | None = None,
-    workload: np.ndarray | None = None,
-    objective: str = 'rms',
-    max_iter: int = 500,
-    progress: ProgressFn | None = None,
-    *,
-    init: np.ndarray | None = None,
-    method: str = 'theta',
-    rtol: float = 1e-8,
-    memory: int = 10,
+  n: int,
+  bands: int,
+  min_sep: int | None = None,
+  max_participations: int | None = None,
+  workload: np.ndarray | None = None,
+  objective: str = 'rms',
+  max_iter: int = 500,
+  progress: ProgressFn | None = None,
+  *,
+  init: np.ndarray | None = None,
+  method: str = 'theta',
+  rtol: float = 1e-8,
+  memory: int = 10,
 ) -> tuple[np.ndarray, dict[str, Any]]:
   """Optimizes a column-normalized b̂-banded strategy C for the workload A.
 
@@ -116,19 +116,31 @@ def optimize_bandmf(
     raise ValueError(f'bands must be a positive integer, got {bands}')
   bands = min(int(bands), int(n))
   if min_sep is not None and bands > min_sep:
-    raise ValueError(f'bands={bands} > min_sep={min_sep}: the sensitivity of a banded C is then not '
-                     'k_eff; use bands ≤ min_sep')
+    raise ValueError(
+      f'bands={bands} > min_sep={min_sep}: the sensitivity of a banded C is then not '
+      'k_eff; use bands ≤ min_sep'
+    )
   a = None if workloads_lib.is_prefix_sum(workload) else np.asarray(workload, dtype=np.float64)
   if a is not None and a.shape != (n, n):
     raise ValueError(f'workload has shape {a.shape}, expected ({n}, {n})')
-  theta0 = warm_start_theta(n, bands) if init is None else banded.normalize_columns(
-      banded.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n)
+  theta0 = (
+    warm_start_theta(n, bands)
+    if init is None
+    else banded.normalize_columns(
+      banded.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n
+    )
+  )
 
   start = time.perf_counter()
   if bands == 1:
     theta = np.ones((1, n))
-    result = _LbfgsResult(x=np.zeros(0), f=_x_value_and_grad(np.ones((1, n)), a)[0],
-                          iterations=0, evaluations=1, converged=True)
+    result = _LbfgsResult(
+      x=np.zeros(0),
+      f=_x_value_and_grad(np.ones((1, n)), a)[0],
+      iterations=0,
+      evaluations=1,
+      converged=True,
+    )
   elif method == 'x':
     mask = _strict_band_mask(bands, n)
     x_low0 = banded.gram_band(theta0)
@@ -156,11 +168,19 @@ def optimize_bandmf(
           return math.inf, None
         value, grad, _ = banded.loss_and_grad_with_row_weights(th, a, weights)
         return value, grad[mask]
+
       return fun
 
     if objective == 'rms':
-      result = _lbfgs(make_fun(lambda r: (float(np.sum(r)), None)), theta0[mask], max_iter, memory,
-                      rtol, progress, start)
+      result = _lbfgs(
+        make_fun(lambda r: (float(np.sum(r)), None)),
+        theta0[mask],
+        max_iter,
+        memory,
+        rtol,
+        progress,
+        start,
+      )
     else:
       # Smooth continuation for max_i r_i: minimize (Σ r_i^p)^{1/p}, which lies within a factor
       # n^{1/p} of the maximum, for p = 16, 64, 256, 1024, each stage warm-started from the last.
@@ -168,10 +188,22 @@ def optimize_bandmf(
       per_stage = max(1, max_iter // len(_MAX_POWERS))
       iterations = evaluations = 0
       for power in _MAX_POWERS:
-        stage_progress = None if progress is None else functools.partial(
-            _offset_progress, progress=progress, offset=iterations, power=power)
-        result = _lbfgs(make_fun(functools.partial(_pnorm_weights, power=power)), x, per_stage,
-                        memory, rtol, stage_progress, start)
+        stage_progress = (
+          None
+          if progress is None
+          else functools.partial(
+            _offset_progress, progress=progress, offset=iterations, power=power
+          )
+        )
+        result = _lbfgs(
+          make_fun(functools.partial(_pnorm_weights, power=power)),
+          x,
+          per_stage,
+          memory,
+          rtol,
+          stage_progress,
+          start,
+        )
         x = result.x
         iterations += result.iterations
         evaluations += result.evaluations
@@ -184,15 +216,15 @@ def optimize_bandmf(
   theta = banded.normalize_columns(theta, n)
   row_sq = banded.decoder_row_sq_norms(theta, a)
   info: dict[str, Any] = {
-      'loss_sq': float(np.sum(row_sq)),
-      'max_row_sq': float(np.max(row_sq)),
-      'objective': objective,
-      'iterations': result.iterations,
-      'evaluations': result.evaluations,
-      'seconds': time.perf_counter() - start,
-      'converged': result.converged,
-      'method': method,
-      'bands': bands,
+    'loss_sq': float(np.sum(row_sq)),
+    'max_row_sq': float(np.max(row_sq)),
+    'objective': objective,
+    'iterations': result.iterations,
+    'evaluations': result.evaluations,
+    'seconds': time.perf_counter() - start,
+    'converged': result.converged,
+    'method': method,
+    'bands': bands,
   }
   if min_sep is not None:
     sens_sq = banded.sensitivity_sq(n, bands, min_sep, max_participations)
@@ -212,21 +244,21 @@ def _pnorm_weights(row_sq: np.ndarray, power: float) -> tuple[float, np.ndarray]
   """φ = (Σ r_i^p)^{1/p} and ∂φ/∂r_i = S^{1/p-1} u_i^{p-1}, with u = r / max r and S = Σ u^p."""
   top = float(np.max(row_sq))
   u = row_sq / top
-  total = float(np.sum(u ** power))
+  total = float(np.sum(u**power))
   return top * total ** (1.0 / power), total ** (1.0 / power - 1.0) * u ** (power - 1.0)
 
 
 def choose_bands(
-    n: int,
-    min_sep: int,
-    max_participations: int | None,
-    workload: np.ndarray | None = None,
-    candidates: Sequence[int] | None = None,
-    *,
-    max_iter: int = 50,
-    rtol: float = 0.0,
-    max_bands: int | None = None,
-    progress: ProgressFn | None = None,
+  n: int,
+  min_sep: int,
+  max_participations: int | None,
+  workload: np.ndarray | None = None,
+  candidates: Sequence[int] | None = None,
+  *,
+  max_iter: int = 50,
+  rtol: float = 0.0,
+  max_bands: int | None = None,
+  progress: ProgressFn | None = None,
 ) -> int:
   """Picks b̂ by the expected loss sens² · ‖A C⁻¹‖²_F over candidate band counts.
 
@@ -286,11 +318,11 @@ def _x_value_and_grad(x_low: np.ndarray, a: np.ndarray | None) -> tuple[float, n
   """tr(AᵀA X⁻¹) and its gradient w.r.t. the lower-band entries of the symmetric banded X.
 
   Returns (inf, None) when X is not positive definite. The gradient entry for x_low[r, j], r ≥ 1,
-  counts both X[j+r, j] and X[j, j+r]: 2·G[j+r, j] with G = -X⁻¹AᵀAX⁻¹ (000 Eq. 6).
+  counts both X[j+r, j] and X[j, j+r]: 2·G[j+r, j] with G = -X⁻¹AᵀAX⁻¹ (BandMF Eq. 6).
   """
   bands, n = x_low.shape
   try:
-    theta = banded.reverse_cholesky_banded(x_low)  # 000 Prop 4.1: CᵀC = X
+    theta = banded.reverse_cholesky_banded(x_low)  # BandMF Prop 4.1: CᵀC = X
   except np.linalg.LinAlgError:
     return math.inf, None
   if not np.all(np.isfinite(theta)):
@@ -334,9 +366,15 @@ class _LbfgsResult:
   converged: bool
 
 
-def _lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray | None]], x0: np.ndarray,
-           max_iter: int, memory: int, rtol: float, progress: ProgressFn | None,
-           start: float) -> _LbfgsResult:
+def _lbfgs(
+  fun: Callable[[np.ndarray], tuple[float, np.ndarray | None]],
+  x0: np.ndarray,
+  max_iter: int,
+  memory: int,
+  rtol: float,
+  progress: ProgressFn | None,
+  start: float,
+) -> _LbfgsResult:
   """Minimizes fun (value, gradient) from x0; fun returns (inf, None) outside the domain."""
   x = np.array(x0, dtype=np.float64)
   f, g = fun(x)
@@ -384,8 +422,15 @@ def _lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray | None]], x0: np.
     x, f, g = x_new, f_new, g_new
     history.append(f)
     if progress is not None:
-      progress({'iteration': iteration, 'loss': math.sqrt(f), 'loss_sq': f, 'evaluations': evaluations,
-                'elapsed': time.perf_counter() - start})
+      progress(
+        {
+          'iteration': iteration,
+          'loss': math.sqrt(f),
+          'loss_sq': f,
+          'evaluations': evaluations,
+          'elapsed': time.perf_counter() - start,
+        }
+      )
     if len(history) > 5 and history[-6] - f <= rtol * abs(f):
       converged = True
       break

@@ -1,48 +1,51 @@
-"""Buffered linear Toeplitz (BLT) strategies (001, "Don't Use Tree Aggregation, Use BLTs").
+"""Buffered linear Toeplitz (BLT) strategies (BLT, "Don't Use Tree Aggregation, Use BLTs").
 
 One concept: C = BLT(θ, ω) = LtToep(c) with c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1}
 (notation of docs/architecture.md: θ = `buf_decay`, ω = `output_scale`, nbuf
 buffers, inverse (θ̂, ω̂) = (`inv_buf_decay`, `inv_output_scale`)). Its
 generating function is C(x) = p(x)/q(x) with q(x) = Π_j(1-θ_j x) and
 p(x) = Π_j(1-θ̂_j x), so C⁻¹ is the nbuf-buffer BLT(θ̂, ω̂). This module
-holds the inverse, 001 Alg. 5, streaming products with C and C⁻¹ (001 Alg.
-2/3), the O(n·nbuf) losses (001 Prop 3.3 corrected, Thm 3.1) and the BLT
-optimizer (001 Alg. 4). Float64 throughout; every returned error, sensitivity
+holds the inverse, BLT Alg. 5, streaming products with C and C⁻¹ (BLT Alg.
+2/3), the O(n·nbuf) losses (BLT Prop 3.3 corrected, Thm 3.1) and the BLT
+optimizer (BLT Alg. 4). Float64 throughout; every returned error, sensitivity
 and loss is unsquared.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import numpy as np
 
 from fedmf.mf import sensitivity
+from fedmf.mf import strategy as strategy_lib
+from fedmf.mf import streaming
 from fedmf.mf.sensitivity import AssumptionError
 
 __all__ = [
-    'blt_coefs',
-    'blt_inverse_coefs',
-    'inverse_blt',
-    'output_scale_from_decays',
-    'BltStream',
-    'blt_multiply_stream',
-    'blt_inverse_stream',
-    'blt_multiply',
-    'blt_solve',
-    'check_blt_sensitivity_assumptions',
-    'blt_sensitivity',
-    'blt_max_error',
-    'blt_rms_error',
-    'blt_max_loss',
-    'blt_rms_loss',
-    'blt_loss_and_grad',
-    'optimize_blt',
+  'blt_coefs',
+  'blt_inverse_coefs',
+  'inverse_blt',
+  'output_scale_from_decays',
+  'BltStream',
+  'blt_stream',
+  'Blt',
+  'blt_multiply',
+  'blt_solve',
+  'check_blt_sensitivity_assumptions',
+  'blt_sensitivity',
+  'blt_max_error',
+  'blt_rms_error',
+  'blt_max_loss',
+  'blt_rms_loss',
+  'blt_loss_and_grad',
+  'optimize_blt',
 ]
 
 ProgressFn = Optional[Callable[[dict], None]]
-PENALTY_STRENGTH = 1e-7  # λ of 001 Alg. 4.
+PENALTY_STRENGTH = 1e-7  # λ of BLT Alg. 4.
 
 
 def _vec(x: Any, name: str) -> np.ndarray:
@@ -56,9 +59,7 @@ def _pair(buf_decay: Any, output_scale: Any) -> tuple[np.ndarray, np.ndarray]:
   theta = _vec(buf_decay, 'buf_decay')
   omega = _vec(output_scale, 'output_scale')
   if theta.shape != omega.shape:
-    raise ValueError(
-        f'buf_decay and output_scale differ in length: {theta.size} vs '
-        f'{omega.size}')
+    raise ValueError(f'buf_decay and output_scale differ in length: {theta.size} vs {omega.size}')
   return theta, omega
 
 
@@ -68,7 +69,7 @@ def _powers(decay: np.ndarray, n: int) -> np.ndarray:
 
 
 def blt_coefs(buf_decay: Any, output_scale: Any, n: int) -> np.ndarray:
-  """Toeplitz coefficients of BLT(θ, ω): c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1} (001 §2.4)."""
+  """Toeplitz coefficients of BLT(θ, ω): c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1} (BLT §2.4)."""
   theta, omega = _pair(buf_decay, output_scale)
   c = np.empty(n, dtype=np.result_type(theta, omega))
   if n == 0:
@@ -84,7 +85,7 @@ def _q_poly(decay: np.ndarray) -> np.ndarray:
 
 
 def _p_poly(buf_decay: np.ndarray, output_scale: np.ndarray) -> np.ndarray:
-  """Ascending coefficients of p(x) = q(x) + x Σ_j ω_j Π_{l≠j}(1 - θ_l x) (001 §2.4)."""
+  """Ascending coefficients of p(x) = q(x) + x Σ_j ω_j Π_{l≠j}(1 - θ_l x) (BLT §2.4)."""
   q = _q_poly(buf_decay)
   p = q.astype(np.result_type(q, output_scale))
   for j in range(buf_decay.size):
@@ -95,9 +96,10 @@ def _p_poly(buf_decay: np.ndarray, output_scale: np.ndarray) -> np.ndarray:
 def blt_inverse_coefs(buf_decay: Any, output_scale: Any, n: int) -> np.ndarray:
   """Coefficients ĉ of C⁻¹ without root finding: ĉ = lfilter(q, p, impulse).
 
-  C⁻¹(x) = q(x)/p(x) (001 §2.4); an IIR filter of order nbuf, O(n·nbuf).
+  C⁻¹(x) = q(x)/p(x) (BLT §2.4); an IIR filter of order nbuf, O(n·nbuf).
   """
   import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
+
   theta, omega = _pair(buf_decay, output_scale)
   impulse = np.zeros(n)
   if n:
@@ -106,7 +108,7 @@ def blt_inverse_coefs(buf_decay: Any, output_scale: Any, n: int) -> np.ndarray:
 
 
 def output_scale_from_decays(buf_decay: Any, inv_buf_decay: Any) -> np.ndarray:
-  """The unique ω with BLT(θ, ω)⁻¹ = BLT(θ̂, ·) (001 Alg. 5, Lemma 5.2 of [15]).
+  """The unique ω with BLT(θ, ω)⁻¹ = BLT(θ̂, ·) (BLT Alg. 5, Lemma 5.2 of [15]).
 
   Alg. 5 reads ω_i = f(1/θ_i) / Π_{j≠i}(1 - θ_j/θ_i) with f = (p - q)/x.
   Since q(1/θ_i) = 0, f(1/θ_i) = θ_i p(1/θ_i), which simplifies to the
@@ -121,8 +123,7 @@ def output_scale_from_decays(buf_decay: Any, inv_buf_decay: Any) -> np.ndarray:
   theta = np.asarray(buf_decay).ravel()
   theta_hat = np.asarray(inv_buf_decay).ravel()
   if theta.shape != theta_hat.shape or theta.size == 0:
-    raise ValueError('buf_decay and inv_buf_decay must be non-empty and of '
-                     'equal length')
+    raise ValueError('buf_decay and inv_buf_decay must be non-empty and of equal length')
   diff = theta[:, None] - theta[None, :]
   np.fill_diagonal(diff, 1.0)
   denom = np.prod(diff, axis=1)
@@ -132,13 +133,14 @@ def output_scale_from_decays(buf_decay: Any, inv_buf_decay: Any) -> np.ndarray:
   return numer / denom
 
 
-def inverse_blt(buf_decay: Any, output_scale: Any,
-                imag_tol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
-  """(θ̂, ω̂) with BLT(θ, ω)⁻¹ = BLT(θ̂, ω̂) (001 §2.4 and Alg. 5).
+def inverse_blt(
+  buf_decay: Any, output_scale: Any, imag_tol: float = 1e-10
+) -> tuple[np.ndarray, np.ndarray]:
+  """(θ̂, ω̂) with BLT(θ, ω)⁻¹ = BLT(θ̂, ω̂) (BLT §2.4 and Alg. 5).
 
   θ̂ are the reciprocals of the roots of p(x) = q(x) + x Σ_j ω_j Π_{l≠j}(1-θ_l x),
   i.e. the roots of the monic x^nbuf p(1/x). Equivalently they are the
-  eigenvalues of the C⁻¹ streaming transition diag(θ) - 1 ωᵀ (001 Alg. 2),
+  eigenvalues of the C⁻¹ streaming transition diag(θ) - 1 ωᵀ (BLT Alg. 2),
   which is how they are computed here (zero θ̂ are returned as zeros).
   ω̂ = output_scale_from_decays(θ̂, θ) (Alg. 5, roles swapped). Returned
   sorted by decreasing θ̂. Raises ValueError if θ̂ is complex or repeated.
@@ -146,8 +148,7 @@ def inverse_blt(buf_decay: Any, output_scale: Any,
   theta, omega = _pair(buf_decay, output_scale)
   transition = np.diag(theta) - np.outer(np.ones_like(theta), omega)
   roots = np.linalg.eigvals(transition)
-  if np.max(np.abs(roots.imag), initial=0.0) > imag_tol * max(
-      1.0, np.max(np.abs(roots))):
+  if np.max(np.abs(roots.imag), initial=0.0) > imag_tol * max(1.0, np.max(np.abs(roots))):
     raise ValueError(f'inverse BLT has complex buffer decays: {roots}')
   theta_hat = np.sort(roots.real)[::-1].copy()
   if np.any(np.diff(theta_hat) == 0.0):
@@ -156,76 +157,81 @@ def inverse_blt(buf_decay: Any, output_scale: Any,
   return theta_hat, omega_hat
 
 
-class BltStream:
-  """Streaming product with C = BLT(θ, ω) or with C⁻¹ (001 Alg. 2/3).
+@dataclasses.dataclass(frozen=True)
+class BltStream(streaming.NoiseStream):
+  """Round t's [C⁻¹ z]_t for C = BLT(θ, ω), with no horizon (BLT Alg. 2, with C's own θ, ω):
 
-  State S has shape (nbuf, *shape) and starts at 0. There is no horizon.
-    mode 'multiply' (y = C x):  y_t = x_t + ωᵀS,  S ← diag(θ)S + 1·x_t.
-    mode 'inverse'  (y = C⁻¹z): y_t = z_t - ωᵀS,  S ← diag(θ)S + 1·y_t.
-  Both use C's own parameters (θ, ω); the inverse mode needs no θ̂.
+      y_t = z_t - Σ_j ω_j S_j,    S_j ← θ_j S_j + y_t,    S = 0 before round 0.
+
+  State: (t, per tensor the nbuf buffers S_j, the same recursion on the float64 impulse δ_{t,0}
+  with the running Σ ĉ² of its outputs). C⁻¹ is Toeplitz with coefficients ĉ (the impulse
+  response), so ‖row_t of C⁻¹‖² = Σ_{s≤t} ĉ_s². The memory term is a chain of multiply-adds in
+  buffer order, the same operations in numpy and TensorFlow.
   """
 
-  def __init__(self, buf_decay: Any, output_scale: Any,
-               shape: Sequence[int] = (), mode: str = 'inverse'):
-    if mode not in ('multiply', 'inverse'):
-      raise ValueError(f"mode must be 'multiply' or 'inverse', got {mode!r}")
-    self.buf_decay, self.output_scale = _pair(buf_decay, output_scale)
-    self.shape = tuple(int(s) for s in shape)
-    self.mode = mode
-    self.state = np.zeros((self.buf_decay.size,) + self.shape)
-    self.rounds = 0
-    extra = (1,) * len(self.shape)
-    self._decay = self.buf_decay.reshape((-1,) + extra)
-    self._scale = self.output_scale.reshape((-1,) + extra)
+  buf_decay: tuple[float, ...]
+  output_scale: tuple[float, ...]
 
-  def step(self, x: Any) -> np.ndarray:
-    """Consumes round t's input (shape `shape`) and returns round t's output."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.shape != self.shape:
-      raise ValueError(f'expected input of shape {self.shape}, got {x.shape}')
-    memory = np.sum(self._scale * self.state, axis=0)
-    if self.mode == 'multiply':
-      out = x + memory
-      fed = x
-    else:
-      out = x - memory
-      fed = out
-    self.state = self._decay * self.state + fed[None]
-    self.rounds += 1
-    return out
+  def _buffers(self, shape, dtype, ops) -> tuple:
+    return tuple(ops.zeros(shape, dtype) for _ in self.buf_decay)
 
+  def init(self, specs, ops):
+    return (
+      streaming.round_counter(ops),
+      tuple(self._buffers(spec.shape, spec.dtype, ops) for spec in specs),
+      (self._buffers((), ops.float64, ops), ops.constant(0.0, ops.float64)),
+    )
 
-def blt_multiply_stream(buf_decay: Any, output_scale: Any,
-                        shape: Sequence[int] = ()) -> BltStream:
-  """A stream whose step(x_t) returns [C x]_t for C = BLT(θ, ω) (001 Alg. 3)."""
-  return BltStream(buf_decay, output_scale, shape, mode='multiply')
+  def _apply(self, z, buffers):
+    memory = self.output_scale[0] * buffers[0]
+    for omega, s in zip(self.output_scale[1:], buffers[1:]):
+      memory = memory + omega * s
+    y = z - memory
+    return y, tuple(theta * s + y for theta, s in zip(self.buf_decay, buffers))
 
+  def step(self, state, z, ops):
+    t, buffers, (impulse, cum) = state
+    outputs, new_buffers = [], []
+    for zk, bufs in zip(z(0), buffers):
+      y, bufs = self._apply(zk, bufs)
+      outputs.append(y)
+      new_buffers.append(bufs)
+    c_hat, impulse = self._apply(ops.is_first_round(t, ops.float64), impulse)
+    return outputs, (t + 1, tuple(new_buffers), (impulse, cum + c_hat * c_hat))
 
-def blt_inverse_stream(buf_decay: Any, output_scale: Any,
-                       shape: Sequence[int] = ()) -> BltStream:
-  """A stream whose step(z_t) returns [C⁻¹ z]_t for C = BLT(θ, ω) (001 Alg. 2)."""
-  return BltStream(buf_decay, output_scale, shape, mode='inverse')
+  def row_norm(self, state, ops):
+    t, _, (impulse, cum) = state
+    c_hat, _ = self._apply(ops.is_first_round(t, ops.float64), impulse)
+    return ops.sqrt(cum + c_hat * c_hat)
 
 
-def _run(stream: BltStream, x: Any) -> np.ndarray:
-  x = np.asarray(x, dtype=np.float64)
-  return np.stack([stream.step(row) for row in x]) if len(x) else x.copy()
+def blt_stream(buf_decay: Any, output_scale: Any) -> BltStream:
+  """The C⁻¹ stream of BLT(θ, ω)."""
+  theta, omega = _pair(buf_decay, output_scale)
+  return BltStream(tuple(float(x) for x in theta), tuple(float(x) for x in omega))
 
 
 def blt_multiply(buf_decay: Any, output_scale: Any, x: Any) -> np.ndarray:
-  """C x along axis 0 of x by streaming (reference for tests)."""
+  """C x along axis 0 of x (BLT Alg. 3: y_t = x_t + ωᵀS, S ← diag(θ)S + 1·x_t); a reference."""
+  theta, omega = _pair(buf_decay, output_scale)
   x = np.asarray(x, dtype=np.float64)
-  return _run(blt_multiply_stream(buf_decay, output_scale, x.shape[1:]), x)
+  extra = (1,) * (x.ndim - 1)
+  decay, scale = theta.reshape((-1,) + extra), omega.reshape((-1,) + extra)
+  state = np.zeros((theta.size,) + x.shape[1:])
+  out = np.empty_like(x)
+  for t, row in enumerate(x):
+    out[t] = row + np.sum(scale * state, axis=0)
+    state = decay * state + row[None]
+  return out
 
 
 def blt_solve(buf_decay: Any, output_scale: Any, z: Any) -> np.ndarray:
-  """C⁻¹ z along axis 0 of z by streaming (reference for tests)."""
-  z = np.asarray(z, dtype=np.float64)
-  return _run(blt_inverse_stream(buf_decay, output_scale, z.shape[1:]), z)
+  """C⁻¹ z along axis 0 of z by streaming (`BltStream`); a reference for tests."""
+  return streaming.inverse_noise(blt_stream(buf_decay, output_scale), z)
 
 
 def check_blt_sensitivity_assumptions(buf_decay: Any, output_scale: Any) -> None:
-  """Raises AssumptionError unless θ ∈ (0,1), ω ≥ 0 and Σω ≤ 1 (001 Thm 3.1).
+  """Raises AssumptionError unless θ ∈ (0,1), ω ≥ 0 and Σω ≤ 1 (BLT Thm 3.1).
 
   Then c is non-negative and non-increasing (c_1 = Σω ≤ 1 = c_0, and
   c_i = Σ ω_j θ_j^{i-1} decreases for i ≥ 1).
@@ -236,13 +242,18 @@ def check_blt_sensitivity_assumptions(buf_decay: Any, output_scale: Any) -> None
   if not np.all(omega >= 0.0):
     raise AssumptionError(f'output_scale must be >= 0, got {omega}')
   if not np.sum(omega) <= 1.0:
-    raise AssumptionError(
-        f'sum(output_scale) = {np.sum(omega)} > 1: coefficients increase')
+    raise AssumptionError(f'sum(output_scale) = {np.sum(omega)} > 1: coefficients increase')
 
 
-def blt_sensitivity(buf_decay: Any, output_scale: Any, n: int, min_sep: int,
-                    max_participations: int, check: bool = True) -> float:
-  """Exact b-min-sep sensitivity ‖C u(π*)‖, π* = (0, b, 2b, …) < n (001 Thm 3.1).
+def blt_sensitivity(
+  buf_decay: Any,
+  output_scale: Any,
+  n: int,
+  min_sep: int,
+  max_participations: int,
+  check: bool = True,
+) -> float:
+  """Exact b-min-sep sensitivity ‖C u(π*)‖, π* = (0, b, 2b, …) < n (BLT Thm 3.1).
 
   O(n·(nbuf + k)). With check=True raises AssumptionError when the theorem's
   assumptions fail; with check=False the value is only a lower bound then.
@@ -250,48 +261,54 @@ def blt_sensitivity(buf_decay: Any, output_scale: Any, n: int, min_sep: int,
   if check:
     check_blt_sensitivity_assumptions(buf_decay, output_scale)
   c = blt_coefs(buf_decay, output_scale, n)
-  cbar = sensitivity.worst_pattern_response(c, sensitivity.worst_pattern_offsets(n, min_sep, max_participations))
+  cbar = sensitivity.worst_pattern_response(
+    c, sensitivity.worst_pattern_offsets(n, min_sep, max_participations)
+  )
   return float(np.sqrt(cbar @ cbar))
 
 
 def _decoder(buf_decay: Any, output_scale: Any, n: int) -> np.ndarray:
-  """b_i = Σ_{j≤i} ĉ_j, B = A C⁻¹ = LtToep(b) (001 Prop 3.3 corrected)."""
+  """b_i = Σ_{j≤i} ĉ_j, B = A C⁻¹ = LtToep(b) (BLT Prop 3.3 corrected)."""
   return np.cumsum(blt_inverse_coefs(buf_decay, output_scale, n))
 
 
 def blt_max_error(buf_decay: Any, output_scale: Any, n: int) -> float:
-  """MaxError = sqrt(Σ_i b_i²) (001 Prop 3.3)."""
+  """MaxError = sqrt(Σ_i b_i²) (BLT Prop 3.3)."""
   b = _decoder(buf_decay, output_scale, n)
   return float(np.sqrt(b @ b))
 
 
 def blt_rms_error(buf_decay: Any, output_scale: Any, n: int) -> float:
-  """RmsError = sqrt(Σ_i (n-i) b_i² / n) (001 Prop 3.3)."""
+  """RmsError = sqrt(Σ_i (n-i) b_i² / n) (BLT Prop 3.3)."""
   b = _decoder(buf_decay, output_scale, n)
   return float(np.sqrt(np.sum(np.arange(n, 0, -1) * b * b) / n))
 
 
-def blt_max_loss(buf_decay: Any, output_scale: Any, n: int, min_sep: int,
-                 max_participations: int) -> float:
-  """MaxLoss = MaxError · sens (001 Eq. 10, Thm 3.1)."""
+def blt_max_loss(
+  buf_decay: Any, output_scale: Any, n: int, min_sep: int, max_participations: int
+) -> float:
+  """MaxLoss = MaxError · sens (BLT Eq. 10, Thm 3.1)."""
   return blt_max_error(buf_decay, output_scale, n) * blt_sensitivity(
-      buf_decay, output_scale, n, min_sep, max_participations)
+    buf_decay, output_scale, n, min_sep, max_participations
+  )
 
 
-def blt_rms_loss(buf_decay: Any, output_scale: Any, n: int, min_sep: int,
-                 max_participations: int) -> float:
-  """RmsLoss = RmsError · sens (001 Eq. 9, Thm 3.1)."""
+def blt_rms_loss(
+  buf_decay: Any, output_scale: Any, n: int, min_sep: int, max_participations: int
+) -> float:
+  """RmsLoss = RmsError · sens (BLT Eq. 9, Thm 3.1)."""
   return blt_rms_error(buf_decay, output_scale, n) * blt_sensitivity(
-      buf_decay, output_scale, n, min_sep, max_participations)
+    buf_decay, output_scale, n, min_sep, max_participations
+  )
 
 
 # ----------------------------------------------------------------------------
-# Optimizer (001 Alg. 4).
+# Optimizer (BLT Alg. 4).
 # ----------------------------------------------------------------------------
 
 
 def _scale_and_jacobians(
-    theta: np.ndarray, theta_hat: np.ndarray
+  theta: np.ndarray, theta_hat: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """ω = output_scale_from_decays(θ, θ̂) with ∂ω/∂θ and ∂ω/∂θ̂ (nbuf × nbuf).
 
@@ -326,7 +343,7 @@ def _interlaced_from_params(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   which is equivalent to ω > 0 for θ, θ̂ ∈ (0, 1) (C(x) increases between
   its poles 1/θ_j, so each gap holds one zero 1/θ̂_j). It also implies Σω < 1:
   letting x → ∞ in C(x) = p(x)/q(x) gives 1 - Σ_j ω_j/θ_j = Π θ̂ / Π θ > 0,
-  so Σω < Σ ω_j/θ_j < 1. This is the feasible set of 001 Alg. 4, where
+  so Σω < Σ ω_j/θ_j < 1. This is the feasible set of BLT Alg. 4, where
   Thm 3.1 holds.
   """
   log_sig = -np.logaddexp(0.0, -u)  # log sigmoid(u)
@@ -342,8 +359,9 @@ def _params_from_interlaced(s: np.ndarray) -> np.ndarray:
   return np.log(ratios) - np.log1p(-ratios)
 
 
-def _coef_grad(g: np.ndarray, decay: np.ndarray, scale: np.ndarray,
-               powers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _coef_grad(
+  g: np.ndarray, decay: np.ndarray, scale: np.ndarray, powers: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
   """Pulls ∂L/∂c (c_i = Σ ω_j θ_j^{i-1}, i ≥ 1) back to (θ, ω)."""
   n = g.size
   g1 = g[1:]
@@ -358,11 +376,15 @@ def _coef_grad(g: np.ndarray, decay: np.ndarray, scale: np.ndarray,
 
 
 def blt_loss_and_grad(
-    theta: np.ndarray, theta_hat: np.ndarray, n: int, min_sep: int,
-    max_participations: int, objective: str = 'max',
-    penalty: float = PENALTY_STRENGTH
+  theta: np.ndarray,
+  theta_hat: np.ndarray,
+  n: int,
+  min_sep: int,
+  max_participations: int,
+  objective: str = 'max',
+  penalty: float = PENALTY_STRENGTH,
 ) -> tuple[float, np.ndarray, np.ndarray, dict]:
-  """001 Alg. 4 loss err·sens + penalty of the pair (θ, θ̂), and its gradient.
+  """BLT Alg. 4 loss err·sens + penalty of the pair (θ, θ̂), and its gradient.
 
   ω = Alg5(θ, θ̂), ω̂ = Alg5(θ̂, θ); sens = ‖c̄‖ (Thm 3.1); err from
   b = cumsum(ĉ) (Prop 3.3); penalty λ Σ(-log θ - log(1-θ) - log ω) plus
@@ -395,7 +417,7 @@ def blt_loss_and_grad(
   # ∂sens/∂c_t = Σ_m c̄_{t+s_m} / sens; ∂err/∂ĉ = revcumsum(w b) / err.
   g_c = np.zeros(n)
   for s in shifts:
-    g_c[:n - s] += cbar[s:]
+    g_c[: n - s] += cbar[s:]
   g_c *= err / sens
   g_chat = np.cumsum((weights * b)[::-1])[::-1] * (sens / err)
   gt_direct, g_omega = _coef_grad(g_c, theta, omega, pw)
@@ -409,22 +431,19 @@ def blt_loss_and_grad(
       pen = penalty * float(np.sum(-np.log(omega)))
       g_omega_pen = -penalty / omega
     pen += penalty * float(
-        np.sum(-np.log(theta) - np.log1p(-theta) - np.log(theta_hat) -
-               np.log1p(-theta_hat)))
+      np.sum(-np.log(theta) - np.log1p(-theta) - np.log(theta_hat) - np.log1p(-theta_hat))
+    )
     loss = loss + pen
     g_omega = g_omega + g_omega_pen
     gt_direct = gt_direct + penalty * (-1.0 / theta + 1.0 / (1.0 - theta))
-    gth_direct = gth_direct + penalty * (-1.0 / theta_hat + 1.0 /
-                                         (1.0 - theta_hat))
+    gth_direct = gth_direct + penalty * (-1.0 / theta_hat + 1.0 / (1.0 - theta_hat))
   g_theta = gt_direct + dw_dt.T @ g_omega + dwh_dt.T @ g_omega_hat
   g_theta_hat = gth_direct + dw_dth.T @ g_omega + dwh_dth.T @ g_omega_hat
-  parts = {'output_scale': omega, 'inv_output_scale': omega_hat,
-           'sens': sens, 'error': err}
+  parts = {'output_scale': omega, 'inv_output_scale': omega_hat, 'sens': sens, 'error': err}
   return float(loss), g_theta, g_theta_hat, parts
 
 
-def _initial_interlaced(nbuf: int, n: int, rng: Optional[np.random.Generator]
-                        ) -> np.ndarray:
+def _initial_interlaced(nbuf: int, n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
   """2·nbuf decays 1 > s_1 > … > s_{2nbuf} > 0, spread in log(1 - s).
 
   The deterministic start (rng None) spaces -log(1-s) evenly between
@@ -440,12 +459,21 @@ def _initial_interlaced(nbuf: int, n: int, rng: Optional[np.random.Generator]
   return 1.0 - np.exp(-t)
 
 
-def _optimize_fixed(nbuf: int, n: int, min_sep: int, max_participations: int,
-                    objective: str, num_starts: int, rng: np.random.Generator,
-                    penalty: float, max_iter: int,
-                    progress: ProgressFn) -> dict:
+def _optimize_fixed(
+  nbuf: int,
+  n: int,
+  min_sep: int,
+  max_participations: int,
+  objective: str,
+  num_starts: int,
+  rng: np.random.Generator,
+  penalty: float,
+  max_iter: int,
+  progress: ProgressFn,
+) -> dict:
   """Best of `num_starts` L-BFGS runs for a fixed number of buffers."""
   import scipy.optimize  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
+
   best = None
   rejected = []
   for start in range(num_starts):
@@ -457,8 +485,8 @@ def _optimize_fixed(nbuf: int, n: int, min_sep: int, max_participations: int,
       s, jac = _interlaced_from_params(u)
       try:
         loss, gt, gth, _ = blt_loss_and_grad(
-            s[0::2], s[1::2], n, min_sep, max_participations, objective,
-            penalty)
+          s[0::2], s[1::2], n, min_sep, max_participations, objective, penalty
+        )
       except (ValueError, FloatingPointError, ZeroDivisionError):
         return 1e300, np.zeros_like(u)
       if not np.isfinite(loss):
@@ -471,21 +499,35 @@ def _optimize_fixed(nbuf: int, n: int, min_sep: int, max_participations: int,
     def callback(u: np.ndarray, start: int = start) -> None:
       iters[0] += 1
       if progress is not None and iters[0] % 10 == 0:
-        progress({'stage': 'blt', 'num_buffers': nbuf, 'start': start,
-                  'iteration': iters[0], 'loss': fun(u)[0]})
+        progress(
+          {
+            'stage': 'blt',
+            'num_buffers': nbuf,
+            'start': start,
+            'iteration': iters[0],
+            'loss': fun(u)[0],
+          }
+        )
 
     with np.errstate(all='ignore'):
       res = scipy.optimize.minimize(
-          fun, u0, jac=True, method='L-BFGS-B', callback=callback,
-          options={'maxiter': max_iter, 'maxcor': 30, 'ftol': 1e-15,
-                   'gtol': 1e-12})
+        fun,
+        u0,
+        jac=True,
+        method='L-BFGS-B',
+        callback=callback,
+        options={'maxiter': max_iter, 'maxcor': 30, 'ftol': 1e-15, 'gtol': 1e-12},
+      )
     s, _ = _interlaced_from_params(res.x)
     theta, theta_hat = s[0::2], s[1::2]
-    record = {'num_buffers': nbuf, 'start': start, 'iterations': iters[0],
-              'message': str(res.message)}
+    record = {
+      'num_buffers': nbuf,
+      'start': start,
+      'iterations': iters[0],
+      'message': str(res.message),
+    }
     try:
-      with np.errstate(over='raise', invalid='raise', divide='raise',
-                       under='ignore'):
+      with np.errstate(over='raise', invalid='raise', divide='raise', under='ignore'):
         omega = output_scale_from_decays(theta, theta_hat)
         check_blt_sensitivity_assumptions(theta, omega)
         if np.any(np.diff(theta) >= 0.0):
@@ -493,39 +535,44 @@ def _optimize_fixed(nbuf: int, n: int, min_sep: int, max_participations: int,
         err_fn = blt_max_error if objective == 'max' else blt_rms_error
         sens = blt_sensitivity(theta, omega, n, min_sep, max_participations)
         loss = err_fn(theta, omega, n) * sens
-      record.update(buf_decay=theta, output_scale=omega, loss=loss,
-                    valid=bool(np.isfinite(loss)))
+      record.update(buf_decay=theta, output_scale=omega, loss=loss, valid=bool(np.isfinite(loss)))
     except (ValueError, FloatingPointError) as e:  # AssumptionError included.
       record.update(valid=False, loss=np.inf, reason=str(e))
     if progress is not None:
-      progress({'stage': 'blt', 'num_buffers': nbuf, 'start': start,
-                'done': True, 'loss': record['loss'],
-                'valid': record['valid']})
+      progress(
+        {
+          'stage': 'blt',
+          'num_buffers': nbuf,
+          'start': start,
+          'done': True,
+          'loss': record['loss'],
+          'valid': record['valid'],
+        }
+      )
     if not record['valid']:
       rejected.append(record)
     elif best is None or record['loss'] < best['loss']:
       best = record
   if best is None:
-    return {'num_buffers': nbuf, 'valid': False, 'loss': np.inf,
-            'rejected': rejected}
+    return {'num_buffers': nbuf, 'valid': False, 'loss': np.inf, 'rejected': rejected}
   best['rejected'] = rejected
   return best
 
 
 def optimize_blt(
-    n: int,
-    min_sep: int,
-    max_participations: int,
-    num_buffers: Optional[int] = None,
-    objective: str = 'max',
-    num_starts: int = 8,
-    seed: int = 0,
-    progress: ProgressFn = None,
-    max_buffers: int = 5,
-    penalty: float = PENALTY_STRENGTH,
-    max_iter: int = 2000,
+  n: int,
+  min_sep: int,
+  max_participations: int,
+  num_buffers: Optional[int] = None,
+  objective: str = 'max',
+  num_starts: int = 8,
+  seed: int = 0,
+  progress: ProgressFn = None,
+  max_buffers: int = 5,
+  penalty: float = PENALTY_STRENGTH,
+  max_iter: int = 2000,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
-  """Optimizes BLT(θ, ω) for MaxLoss or RmsLoss (001 Alg. 4).
+  """Optimizes BLT(θ, ω) for MaxLoss or RmsLoss (BLT Alg. 4).
 
   Variables are the interlaced pair θ_1 > θ̂_1 > θ_2 > … > θ̂_nbuf in (0, 1),
   parametrized by cumulative sigmoids; ω and ω̂ follow from Alg. 5. Interlacing
@@ -543,47 +590,137 @@ def optimize_blt(
   """
   start_time = time.perf_counter()
   rng = np.random.default_rng(seed)
-  counts = ([num_buffers] if num_buffers is not None else
-            list(range(1, max_buffers + 1)))
+  counts = [num_buffers] if num_buffers is not None else list(range(1, max_buffers + 1))
   best = None
   per_buffers = []
   for nbuf in counts:
     if nbuf < 1:
       raise ValueError(f'num_buffers must be >= 1, got {nbuf}')
     t0 = time.perf_counter()
-    rec = _optimize_fixed(nbuf, n, min_sep, max_participations, objective,
-                          num_starts, rng, penalty, max_iter, progress)
+    rec = _optimize_fixed(
+      nbuf, n, min_sep, max_participations, objective, num_starts, rng, penalty, max_iter, progress
+    )
     rec['seconds'] = time.perf_counter() - t0
     per_buffers.append({k: v for k, v in rec.items()})
-    improved = rec['valid'] and (
-        best is None or rec['loss'] < best['loss'] * (1.0 - 1e-6))
+    improved = rec['valid'] and (best is None or rec['loss'] < best['loss'] * (1.0 - 1e-6))
     if improved:
       best = rec
     elif num_buffers is None and best is not None:
       break
   if best is None:
-    raise RuntimeError('BLT optimization found no solution satisfying the '
-                       'assumptions of 001 Thm 3.1')
+    raise RuntimeError(
+      'BLT optimization found no solution satisfying the assumptions of BLT Thm 3.1'
+    )
   theta, omega = best['buf_decay'], best['output_scale']
   theta_hat, omega_hat = inverse_blt(theta, omega)
   sens = blt_sensitivity(theta, omega, n, min_sep, max_participations)
   max_err = blt_max_error(theta, omega, n)
   rms_err = blt_rms_error(theta, omega, n)
   info = {
-      'objective': objective,
-      'loss': best['loss'],
-      'max_loss': max_err * sens,
-      'rms_loss': rms_err * sens,
-      'sens': sens,
-      'max_error': max_err,
-      'rms_error': rms_err,
-      'inv_buf_decay': theta_hat,
-      'inv_output_scale': omega_hat,
-      'num_buffers': int(theta.size),
-      'seconds': time.perf_counter() - start_time,
-      'per_buffers': per_buffers,
+    'objective': objective,
+    'loss': best['loss'],
+    'max_loss': max_err * sens,
+    'rms_loss': rms_err * sens,
+    'sens': sens,
+    'max_error': max_err,
+    'rms_error': rms_err,
+    'inv_buf_decay': theta_hat,
+    'inv_output_scale': omega_hat,
+    'num_buffers': int(theta.size),
+    'seconds': time.perf_counter() - start_time,
+    'per_buffers': per_buffers,
   }
   if progress is not None:
-    progress({'stage': 'blt', 'done': True, 'num_buffers': info['num_buffers'],
-              'loss': info['loss'], 'seconds': info['seconds']})
+    progress(
+      {
+        'stage': 'blt',
+        'done': True,
+        'num_buffers': info['num_buffers'],
+        'loss': info['loss'],
+        'seconds': info['seconds'],
+      }
+    )
   return theta, omega, info
+
+
+# ----------------------------------------------------------------------------
+# The BLT strategy.
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Blt(strategy_lib.Strategy):
+  """Buffered linear Toeplitz C with buffer decays θ and output scales ω (BLT §2).
+
+  JSON: {"mechanism": "blt", "buf_decay": [...], "output_scale": [...]}, θ distinct in (0, 1),
+  ω ≥ 0. C = LtToep(c), c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1}; no horizon.
+  """
+
+  buf_decay: np.ndarray
+  output_scale: np.ndarray
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  mechanism: ClassVar[str] = 'blt'
+
+  @property
+  def num_buffers(self) -> int:
+    return len(self.buf_decay)
+
+  @classmethod
+  def from_dict(cls, obj):
+    buf_decay = strategy_lib.float_vector(obj, 'buf_decay')
+    output_scale = strategy_lib.float_vector(obj, 'output_scale')
+    if len(buf_decay) != len(output_scale):
+      raise strategy_lib.StrategyError(
+        f"strategy fields 'buf_decay' and 'output_scale' must have equal length, got "
+        f"{len(buf_decay)} and {len(output_scale)}"
+      )
+    outside = np.flatnonzero((buf_decay <= 0) | (buf_decay >= 1))
+    if outside.size:
+      i = outside[0]
+      raise strategy_lib.StrategyError(
+        f"strategy field 'buf_decay' must lie in (0, 1), got {buf_decay[i]!r} at index {i}"
+      )
+    if len(np.unique(buf_decay)) != len(buf_decay):
+      raise strategy_lib.StrategyError("strategy field 'buf_decay' must have distinct values")
+    negative = np.flatnonzero(output_scale < 0)
+    if negative.size:
+      i = negative[0]
+      raise strategy_lib.StrategyError(
+        f"strategy field 'output_scale' must be >= 0, got {output_scale[i]!r} at index {i}"
+      )
+    return cls(
+      strategy_lib.readonly(buf_decay),
+      strategy_lib.readonly(output_scale),
+      metadata=strategy_lib.extra_fields(obj, ('buf_decay', 'output_scale')),
+    )
+
+  def fields(self):
+    return {'buf_decay': self.buf_decay.tolist(), 'output_scale': self.output_scale.tolist()}
+
+  def describe(self) -> str:
+    return f'blt ({self.num_buffers} buffers)'
+
+  def toeplitz_coefs(self, n: int) -> np.ndarray:
+    self.check_horizon(n)
+    return blt_coefs(self.buf_decay, self.output_scale, n)
+
+  def noise_stream(self, n: Optional[int] = None) -> BltStream:
+    return blt_stream(self.buf_decay, self.output_scale)
+
+  @classmethod
+  def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
+    objective = options.objective or 'max'
+    buf_decay, output_scale, info = optimize_blt(
+      schema.n,
+      schema.min_sep,
+      schema.max_participations,
+      num_buffers=options.buffers,
+      objective=objective,
+      seed=options.seed,
+      progress=options.progress,
+      **options.max_iter_kwargs(),
+    )
+    strategy = cls.from_dict(
+      {'mechanism': cls.mechanism, 'buf_decay': list(buf_decay), 'output_scale': list(output_scale)}
+    )
+    return strategy, {**info, 'objective': objective}

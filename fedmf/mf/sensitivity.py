@@ -41,6 +41,7 @@ class Sensitivity:
     method: 'exact', 'upper-bound' or 'lower-bound'.
     algorithm: Short name of the routine, e.g. 'banded-orthogonal'.
   """
+
   value: float
   method: str
   algorithm: str
@@ -61,7 +62,8 @@ def _check_min_sep(min_sep: int) -> int:
 
 
 def effective_max_participations(
-    n: int, min_sep: int, max_participations: Optional[int] = None) -> int:
+  n: int, min_sep: int, max_participations: Optional[int] = None
+) -> int:
   """Returns min(k, ceil(n / b)), the most rounds one user can really join.
 
   Args:
@@ -77,16 +79,16 @@ def effective_max_participations(
     return most
   if int(max_participations) != max_participations or max_participations < 1:
     raise ValueError(
-        f'max_participations must be an integer >= 1 or None, got '
-        f'{max_participations!r}')
+      f'max_participations must be an integer >= 1 or None, got {max_participations!r}'
+    )
   return min(int(max_participations), most)
 
 
 def _vec_sens_rows(v: np.ndarray, b: int, k: int) -> np.ndarray:
   """VecSens applied independently to every row of the 2-D array `v`.
 
-  Source: BandMF (000) App., VecSens; 003 Alg. 2 (without its final sqrt,
-  see the errata in mechanisms.md). The recurrence
+  Source: BandMF App., VecSens; BandMF supp. Alg. 2 (without its final sqrt,
+  see the errata in docs/mechanisms.md). The recurrence
   F[i, κ] = max(v_i + F[i+b, κ-1], F[i+1, κ]) with F[≥n, ·] = F[·, 0] = 0
   runs on reversed rows (r = n-1-i) so that every step is a forward,
   contiguous operation over all rows at once.
@@ -127,15 +129,13 @@ def _vec_sens_rows(v: np.ndarray, b: int, k: int) -> np.ndarray:
   for _ in range(k):
     np.copyto(g, v_rev)
     if b < n:
-      g[:, b:] += f[:, :n - b]
+      g[:, b:] += f[:, : n - b]
     np.maximum.accumulate(g, axis=1, out=f)
     np.maximum(f, 0.0, out=f)
   return f[:, n - 1].copy()
 
 
-def vec_sens(v: np.ndarray,
-             min_sep: int,
-             max_participations: Optional[int] = None) -> float:
+def vec_sens(v: np.ndarray, min_sep: int, max_participations: Optional[int] = None) -> float:
   """Returns max ⟨v, u⟩ over 0/1 vectors u with ≤ k ones, pairwise ≥ b apart.
 
   Negative entries are never chosen, so an all-negative v gives 0. Cost
@@ -157,8 +157,9 @@ def vec_sens(v: np.ndarray,
   return float(_vec_sens_rows(v[None, :], b, k)[0])
 
 
-def _matrix_and_schema(C: np.ndarray, min_sep: int, max_participations: Optional[int]
-                      ) -> tuple[np.ndarray, int, int]:
+def _matrix_and_schema(
+  C: np.ndarray, min_sep: int, max_participations: Optional[int]
+) -> tuple[np.ndarray, int, int]:
   """(C as float64, b, k_eff) after checking C is a matrix and b a valid separation."""
   C = np.asarray(C, dtype=np.float64)
   if C.ndim != 2:
@@ -193,13 +194,11 @@ def matrix_bandwidth(C: np.ndarray) -> int:
 
 
 def banded_sensitivity_exact_from_norms(
-    col_sq_norms: np.ndarray,
-    bands: int,
-    min_sep: int,
-    max_participations: Optional[int] = None) -> Sensitivity:
+  col_sq_norms: np.ndarray, bands: int, min_sep: int, max_participations: Optional[int] = None
+) -> Sensitivity:
   """Exact sensitivity of a b̂-banded C from its squared column norms.
 
-  Source: BandMF (000) Thm. 2 / 003 Alg. 4: columns at least b̂ apart have
+  Source: BandMF Thm. 2 / BandMF supp. Alg. 4: columns at least b̂ apart have
   disjoint support, so for b ≥ b̂ the cross terms of ‖C u‖² vanish and
   sens² = VecSens(b, diag(X), k).
 
@@ -217,8 +216,9 @@ def banded_sensitivity_exact_from_norms(
     raise ValueError(f'bands must be an integer >= 1, got {bands!r}')
   if b < bands:
     raise AssumptionError(
-        f'banded exact sensitivity needs min_sep >= bands, got min_sep={b} < '
-        f'bands={bands}: columns closer than the band are not orthogonal')
+      f'banded exact sensitivity needs min_sep >= bands, got min_sep={b} < '
+      f'bands={bands}: columns closer than the band are not orthogonal'
+    )
   diag = np.asarray(col_sq_norms, dtype=np.float64)
   if diag.ndim != 1 or np.any(diag < 0):
     raise ValueError('col_sq_norms must be a 1-D vector of non-negative values')
@@ -227,9 +227,8 @@ def banded_sensitivity_exact_from_norms(
 
 
 def banded_sensitivity_exact(
-    C: np.ndarray,
-    min_sep: int,
-    max_participations: Optional[int] = None) -> Sensitivity:
+  C: np.ndarray, min_sep: int, max_participations: Optional[int] = None
+) -> Sensitivity:
   """Exact sensitivity of a banded matrix C under b-min-sep participation.
 
   The band count b̂ is read off C's non-zero structure (`matrix_bandwidth`),
@@ -244,17 +243,18 @@ def banded_sensitivity_exact(
     raise ValueError(f'C must be 2-D, got shape {C.shape}')
   bands = matrix_bandwidth(C)
   return banded_sensitivity_exact_from_norms(
-      np.sum(C * C, axis=0), bands, min_sep, max_participations)
+    np.sum(C * C, axis=0), bands, min_sep, max_participations
+  )
 
 
-def gram_upper_bound(C: np.ndarray,
-                     min_sep: int,
-                     max_participations: Optional[int] = None) -> Sensitivity:
+def gram_upper_bound(
+  C: np.ndarray, min_sep: int, max_participations: Optional[int] = None
+) -> Sensitivity:
   """Upper bound on sensitivity for any C under b-min-sep participation.
 
-  Source: 003 Alg. 3 (BandMF Thm. 3): sens² ≤ max_π Σ_{i,j∈π} |X_ij|
+  Source: BandMF supp. Alg. 3 (BandMF Thm. 3): sens² ≤ max_π Σ_{i,j∈π} |X_ij|
   (BandMF Eq. 5) ≤ VecSens(b, r, k) with r_i = VecSens(b, |X_i,:|, k). One
-  square root at the end (003 Alg. 2 returns √F; erratum). Stage one runs on
+  square root at the end (BandMF supp. Alg. 2 returns √F; erratum). Stage one runs on
   all rows at once; cost O(n² k_eff) plus forming X (≈0.5 s at n = 2052,
   b = 342, k = 6). b = 1 and unbounded k take O(n²) shortcuts; a bounded
   but large k with small b (e.g. b = 2, k = 1000 at n = 2052) costs tens of
@@ -279,13 +279,15 @@ def _check_toeplitz_coefs(coefs: np.ndarray, n: int) -> np.ndarray:
   tol = _TOL * max(float(np.max(np.abs(c))), 1.0)
   if np.any(c < -tol):
     raise AssumptionError(
-        'Toeplitz exact sensitivity needs non-negative coefficients; '
-        f'min coefficient is {float(np.min(c))!r}')
+      'Toeplitz exact sensitivity needs non-negative coefficients; '
+      f'min coefficient is {float(np.min(c))!r}'
+    )
   if np.any(np.diff(c) > tol):
     i = int(np.argmax(np.diff(c)))
     raise AssumptionError(
-        'Toeplitz exact sensitivity needs non-increasing coefficients; '
-        f'coefs[{i}]={c[i]!r} < coefs[{i + 1}]={c[i + 1]!r}')
+      'Toeplitz exact sensitivity needs non-increasing coefficients; '
+      f'coefs[{i}]={c[i]!r} < coefs[{i + 1}]={c[i + 1]!r}'
+    )
   return c
 
 
@@ -294,9 +296,10 @@ def _worst_pattern(b: int, k: int) -> np.ndarray:
   return np.arange(k) * b
 
 
-def worst_pattern_offsets(n: int, min_sep: int,
-                          max_participations: Optional[int] = None) -> list[int]:
-  """The rounds of π* = (0, b, 2b, …) < n, at most k of them (001 Thm 3.1)."""
+def worst_pattern_offsets(
+  n: int, min_sep: int, max_participations: Optional[int] = None
+) -> list[int]:
+  """The rounds of π* = (0, b, 2b, …) < n, at most k of them (BLT Thm 3.1)."""
   b = _check_min_sep(min_sep)
   return [int(i) for i in _worst_pattern(b, effective_max_participations(n, b, max_participations))]
 
@@ -304,25 +307,23 @@ def worst_pattern_offsets(n: int, min_sep: int,
 def worst_pattern_response(coefs: np.ndarray, offsets: list[int]) -> np.ndarray:
   """c̄ = C u(π*) = Σ_{s∈π*} shift(c, s) for C = LtToep(coefs) (n = len(coefs)), in O(n·|π*|).
 
-  Source: 001 Thm 3.1 / Alg. 4. No assumption is checked here: ‖c̄‖ is the exact sensitivity only
-  for non-negative, non-increasing coefs, and a lower bound otherwise (001 Remark 3.2).
+  Source: BLT Thm 3.1 / Alg. 4. No assumption is checked here: ‖c̄‖ is the exact sensitivity only
+  for non-negative, non-increasing coefs, and a lower bound otherwise (BLT Remark 3.2).
   """
   c = np.asarray(coefs, dtype=np.float64)
   n = c.shape[0]
   c_bar = np.zeros(n)
   for start in offsets:
-    c_bar[start:] += c[:n - start]
+    c_bar[start:] += c[: n - start]
   return c_bar
 
 
 def toeplitz_sensitivity_exact(
-    coefs: np.ndarray,
-    n: int,
-    min_sep: int,
-    max_participations: Optional[int] = None) -> Sensitivity:
+  coefs: np.ndarray, n: int, min_sep: int, max_participations: Optional[int] = None
+) -> Sensitivity:
   """Exact sensitivity of C = LtToep(coefs) (n×n) under b-min-sep.
 
-  Source: BLT (001) Thm 3.1: for non-negative, non-increasing coefficients
+  Source: BLT Thm 3.1: for non-negative, non-increasing coefficients
   the worst pattern is π* = (0, b, …, (k_eff-1) b), so sens = ‖C u(π*)‖.
   C u(π*) = c̄ = Σ_{i<k_eff} shift(c, i·b) is formed in O(n k) without C.
 
@@ -345,13 +346,12 @@ def toeplitz_sensitivity_exact(
   return Sensitivity(float(np.linalg.norm(c_bar)), _EXACT, 'toeplitz-thm3.1')
 
 
-def toeplitz_lower_bound(C: np.ndarray,
-                         min_sep: int,
-                         max_participations: Optional[int] = None
-                        ) -> Sensitivity:
+def toeplitz_lower_bound(
+  C: np.ndarray, min_sep: int, max_participations: Optional[int] = None
+) -> Sensitivity:
   """Lower bound ‖C u(π*)‖ for any C, π* = (0, b, 2b, …).
 
-  Source: BLT (001) Remark 3.2. π* is a feasible pattern, so this never
+  Source: BLT Remark 3.2. π* is a feasible pattern, so this never
   exceeds the truth; it equals it only where Thm 3.1 applies.
   """
   C, b, k = _matrix_and_schema(C, min_sep, max_participations)
@@ -360,14 +360,13 @@ def toeplitz_lower_bound(C: np.ndarray,
 
 
 def fixed_epoch_sensitivity(
-    C: np.ndarray,
-    min_sep: int,
-    max_participations: Optional[int] = None) -> Sensitivity:
+  C: np.ndarray, min_sep: int, max_participations: Optional[int] = None
+) -> Sensitivity:
   """Sensitivity under (k, b) fixed-epoch participation.
 
   A user joins exactly every b rounds: the b patterns π_o = (o, o+b, …)
   truncated to < n and to k rounds (k = number of epochs; None = all).
-  Source: BandMF (000) §2 fixed-epoch schema; mechanisms.md "(k,b)
+  Source: BandMF §2 fixed-epoch schema; docs/mechanisms.md "(k,b)
   fixed-epoch". With X ≥ 0 elementwise the maximum of ‖C u(π_o)‖ over
   offsets is exact (vector contributions cannot beat 0/1 ones, BandMF Eq. 5
   being tight). Otherwise the sign-aware bound max_o √(Σ_{i,j∈π_o} |X_ij|)

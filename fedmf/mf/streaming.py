@@ -1,96 +1,201 @@
-"""Streaming noise: the numpy reference for round-by-round correlated noise of any strategy.
+"""Streaming noise: one interface for every mechanism's round-by-round correlated noise.
 
-One concept: turn a loaded strategy into a stream that, fed round i's i.i.d. standard normal z_i
-(any trailing shape d), returns round i's noise [C⁻¹ z]_i (BandMF Alg. 1, BLT Eq. 1/4), with state
-of b̂·d (banded), nbuf·d (BLT) or d (DP-SGD) numbers. The tree has no C⁻¹; its stream returns the
-decoder's per-round noise from node noises keyed by (height, index), see `fedmf.mf.tree`.
+One concept: a `NoiseStream` turns round t's standard normal draws into round t's noise [C⁻¹ z]_t
+(BandMF Alg. 1, BLT Eq. 1/4; for the tree, the decoder's per-round noise), with its state as
+explicit data (after jax_privacy's streaming matrices):
 
-This is the reference the TFF aggregators are tested against. Notation: docs/architecture.md.
+    state = stream.init(specs, ops)
+    noise, state = stream.step(state, z, ops)     # one call per round t = 0, 1, 2, ...
+    std = stream.row_norm(state, ops)             # ‖row_t of C⁻¹‖, before the step of round t
+
+* `specs` lists the tensors the noise is for (anything with `.shape` and `.dtype`, e.g. a
+  `tf.TensorSpec` or `Spec`); the noise is one array per spec.
+* `z(j)` returns round t's j-th independent standard normal draw, one array per spec. The linear
+  mechanisms use draw 0 only; the tree uses draws 0..h for the h + 1 nodes that round t completes.
+  A seeded implementation keys draw j of round t by (seed, t, j), so noise is a pure function of
+  (seed, state) and a restored state continues bit for bit.
+* `ops` is the array backend. `NUMPY` (here) runs the stream in numpy, the float64 reference;
+  `fedmf.tff.noise.TF_OPS` runs the very same definition in TensorFlow, for the aggregator and the
+  training program. Each mechanism's stream is written once, against `ops`.
+* The state is a tuple whose first entry is the round counter t; the rest is per mechanism.
+
+Notation: docs/architecture.md (n rounds, 0-based; C strategy; b̂ bands; θ, ω BLT decays and scales).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, Sequence
+import abc
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
-from fedmf.mf import strategies as st
+Draws = Callable[[Any], list]
 
 
-class NoiseStream(Protocol):
-  """next(z_i) -> [C⁻¹ z]_i for round i = 0, 1, 2, ..."""
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """Shape and dtype of one noise tensor (numpy's counterpart of a tf.TensorSpec)."""
 
-  def next(self, z: np.ndarray) -> np.ndarray:
-    ...
-
-
-class _IdentityStream:
-
-  def __init__(self, shape: Sequence[int]):
-    self._shape = tuple(shape)
-
-  def next(self, z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    if z.shape != self._shape:
-      raise ValueError(f"expected z of shape {self._shape}, got {z.shape}")
-    return z.copy()
+  shape: tuple[int, ...]
+  dtype: Any = np.float64
 
 
-class _BltStreamAdapter:
+class NumpyOps:
+  """The numpy backend of the streams (float64 reference; also runs float32 in place of TF)."""
 
-  def __init__(self, stream):
-    self._stream = stream
+  float64 = np.float64
+  int64 = np.int64
 
-  def next(self, z: np.ndarray) -> np.ndarray:
-    return self._stream.step(z)
+  @staticmethod
+  def zeros(shape, dtype):
+    return np.zeros(tuple(shape), dtype=dtype)
+
+  @staticmethod
+  def constant(value, dtype):
+    return np.asarray(value, dtype=dtype)
+
+  @staticmethod
+  def cast(x, dtype):
+    return np.asarray(x).astype(dtype)
+
+  @staticmethod
+  def gather(table: np.ndarray, index, dtype):
+    """table[index] (first axis) in `dtype`."""
+    return np.asarray(table[int(index)], dtype=dtype)
+
+  @staticmethod
+  def is_first_round(t, dtype):
+    """1.0 in round 0, else 0.0 (the impulse δ_{t,0})."""
+    return np.asarray(1.0 if int(t) == 0 else 0.0, dtype=dtype)
+
+  @staticmethod
+  def sqrt(x):
+    return np.sqrt(x)
+
+  @staticmethod
+  def fori_loop(lower, upper, body: Callable[[Any, Any], Any], carry):
+    """carry = body(i, carry) for i in [lower, upper)."""
+    for i in range(int(lower), int(upper)):
+      carry = body(i, carry)
+    return carry
+
+  @staticmethod
+  def trailing_zeros(x) -> int:
+    """Trailing zero bits of a positive integer."""
+    x = int(x)
+    return (x & -x).bit_length() - 1
+
+  @staticmethod
+  def empty_rows(shape, dtype):
+    """A (0, *shape) array that `set_row` grows."""
+    return np.zeros((0,) + tuple(shape), dtype=dtype)
+
+  @staticmethod
+  def set_row(buffer: np.ndarray, index, value):
+    """buffer with row `index` replaced by `value`, grown by one row when index == len(buffer)."""
+    index = int(index)
+    if index >= buffer.shape[0]:
+      buffer = np.concatenate(
+        [buffer, np.zeros((index + 1 - buffer.shape[0],) + buffer.shape[1:], buffer.dtype)]
+      )
+    else:
+      buffer = buffer.copy()
+    buffer[index] = value
+    return buffer
+
+  @staticmethod
+  def row(buffer, index):
+    return buffer[int(index)]
 
 
-def inverse_noise_stream(strategy: Any, shape: Sequence[int] = (), n: Optional[int] = None) -> NoiseStream:
-  """A stream of [C⁻¹ z]_i for DP-SGD, BLT, banded Toeplitz and BandMF.
+NUMPY = NumpyOps()
 
-  Banded strategies need a horizon: `n` defaults to the BandMF file's n and is required for a
-  column-normalized banded Toeplitz (its C depends on n). BLT and DP-SGD have no horizon.
+
+class NoiseStream(abc.ABC):
+  """Round-by-round unit-scale noise with explicit state (see the module docstring)."""
+
+  #: Rounds the stream may produce (None: no horizon).
+  horizon: Optional[int] = None
+
+  @abc.abstractmethod
+  def init(self, specs: Sequence[Any], ops: Any) -> tuple:
+    """The state before round 0: (t = 0, ...)."""
+
+  @abc.abstractmethod
+  def step(self, state: tuple, z: Draws, ops: Any) -> tuple[list, tuple]:
+    """Round t's noise (one array per spec) from the draws `z`, and the state of round t + 1."""
+
+  @abc.abstractmethod
+  def row_norm(self, state: tuple, ops: Any) -> Any:
+    """float64 std of one coordinate of round t's unit-scale noise (‖row_t of C⁻¹‖)."""
+
+
+def round_counter(ops: Any) -> Any:
+  """The t entry of a fresh state."""
+  return ops.constant(0, ops.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityStream(NoiseStream):
+  """C = I (DP-SGD): round t's noise is z_t itself."""
+
+  def init(self, specs, ops):
+    return (round_counter(ops),)
+
+  def step(self, state, z, ops):
+    return list(z(0)), (state[0] + 1,)
+
+  def row_norm(self, state, ops):
+    return ops.constant(1.0, ops.float64)
+
+
+def check_horizon(stream: NoiseStream, round_index: int, what: str = "strategy") -> None:
+  """Refuses a round past the stream's horizon (numpy side; TF asserts in the aggregator)."""
+  if stream.horizon is not None and round_index >= stream.horizon:
+    from fedmf.mf.strategy import StrategyError  # pylint: disable=g-import-not-at-top
+
+    raise StrategyError(
+      f"the {what} was built for n={stream.horizon} rounds and cannot produce "
+      f"noise for round {round_index} (0-based)"
+    )
+
+
+def run(
+  stream: NoiseStream,
+  draws: Sequence[Sequence[Sequence[np.ndarray]]],
+  specs: Sequence[Spec],
+  ops: Any = NUMPY,
+) -> list[list[np.ndarray]]:
+  """Runs a stream over given draws: draws[t][j] is round t's j-th draw (one array per spec).
+
+  Returns outputs[t] = round t's noise (one array per spec). The reference for tests.
   """
-  strategy = st.load_strategy(strategy)
-  shape = tuple(int(s) for s in shape)
-  if isinstance(strategy, st.DpSgd):
-    return _IdentityStream(shape)
-  if isinstance(strategy, st.Blt):
-    from fedmf.mf import blt
-    return _BltStreamAdapter(blt.blt_inverse_stream(strategy.buf_decay, strategy.output_scale, shape))
-  if isinstance(strategy, (st.BandMF, st.BandToeplitz)):
-    from fedmf.mf import banded
-    if n is None:
-      if isinstance(strategy, st.BandMF):
-        n = strategy.n
-      else:
-        raise st.StrategyError("a banded Toeplitz noise stream needs the horizon n")
-    return banded.BandedInverseStream(st.banded_theta(strategy, n), shape)
-  raise st.StrategyError(f"{strategy.mechanism} has no C⁻¹ noise stream; use tree_noise_stream")
+  state = stream.init(specs, ops)
+  outputs = []
+  for t, round_draws in enumerate(draws):
+    check_horizon(stream, t)
+    noise, state = stream.step(state, lambda j, d=round_draws: d[int(j)], ops)
+    outputs.append(noise)
+  return outputs
 
 
-def tree_noise_stream(strategy: Any, shape: Sequence[int], node_noise: Callable[[int, int], np.ndarray]):
-  """The tree decoder's per-round noise from node noises node_noise(height, index) (vanilla, online Honaker)."""
-  strategy = st.load_strategy(strategy)
-  if not isinstance(strategy, st.Tree):
-    raise st.StrategyError(f"{strategy.mechanism} is not a tree strategy")
-  from fedmf.mf import tree
-  return tree.TreeNoiseStream(strategy.variant, tuple(shape), node_noise)
+def inverse_noise(stream: NoiseStream, z: np.ndarray) -> np.ndarray:
+  """[C⁻¹ z] row by row for an (n, *shape) array z of a linear stream (one draw per round)."""
+  z = np.asarray(z, dtype=np.float64)
+  specs = [Spec(z.shape[1:])]
+  return np.stack([out[0] for out in run(stream, [[[row]] for row in z], specs)]) if len(z) else z
 
 
-def noise_row_norms(strategy: Any, n: int) -> np.ndarray:
-  """‖row_i of C⁻¹‖ for i < n (tree: the per-round decoder's row norms): per-round noise std at σ = 1."""
-  strategy = st.load_strategy(strategy)
-  st.check_horizon(strategy, n)
-  if isinstance(strategy, st.Tree):
-    from fedmf.mf import tree
-    d = tree.per_round_decoder(n, strategy.variant)
-    return np.linalg.norm(d, axis=1)
-  c_inv_rows = np.zeros(n)
-  # Feeding z_j = e_j (an n-vector per round) makes round i's output Σ_j (C⁻¹)_ij e_j = row i of C⁻¹.
-  stream = inverse_noise_stream(strategy, (n,), n=n)
-  eye = np.eye(n)
-  for i in range(n):
-    row = stream.next(eye[i])
-    c_inv_rows[i] = np.linalg.norm(row)
-  return c_inv_rows
+def row_norms(stream: NoiseStream, n: int, ops: Any = NUMPY) -> np.ndarray:
+  """`row_norm` of rounds 0..n-1 (the stream fed zeros)."""
+  specs = [Spec(())]
+  state = stream.init(specs, ops)
+  zero = [np.zeros(())]
+  out = np.zeros(n)
+  for t in range(n):
+    check_horizon(stream, t)
+    out[t] = float(stream.row_norm(state, ops))
+    _, state = stream.step(state, lambda j: zero, ops)
+  return out

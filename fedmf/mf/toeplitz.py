@@ -9,33 +9,35 @@ costs O(n · len(coefs)) instead of O(n²):
   ĉ = coefficients of C⁻¹,  b_i = Σ_{j≤i} ĉ_j  (B = LtToep(b)),
   MaxError = sqrt(Σ_i b_i²),  RmsError = sqrt(Σ_i (n-i) b_i² / n).
 
-(001 Prop 3.3, corrected as in shared/notes/mechanisms.md.) The banded
-Toeplitz optimizer follows 002 Prop 3.1. All quantities are float64 and
+(BLT Prop 3.3, corrected as in docs/mechanisms.md.) The banded
+Toeplitz optimizer follows Scaling BandMF Prop 3.1. All quantities are float64 and
 unsquared unless the name ends in `_sq`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import numpy as np
 
 from fedmf.mf import sensitivity
+from fedmf.mf import strategy as strategy_lib
 
 __all__ = [
-    'lt_toeplitz',
-    'inverse_coefs',
-    'prefix_decoder_coefs',
-    'decoder_row_sq_norms',
-    'max_error',
-    'rms_error',
-    'column_normalize',
-    'column_normalized_matrix',
-    'sqrt_coefs',
-    'toeplitz_min_sep_sensitivity_sq',
-    'band_toeplitz_loss_and_grad',
-    'optimize_band_toeplitz',
+  'lt_toeplitz',
+  'inverse_coefs',
+  'prefix_decoder_coefs',
+  'decoder_row_sq_norms',
+  'max_error',
+  'rms_error',
+  'column_normalize',
+  'column_normalized_matrix',
+  'sqrt_coefs',
+  'toeplitz_min_sep_sensitivity_sq',
+  'band_toeplitz_loss_and_grad',
+  'optimize_band_toeplitz',
 ]
 
 ProgressFn = Optional[Callable[[dict], None]]
@@ -65,6 +67,7 @@ def inverse_coefs(coefs: Any, n: int) -> np.ndarray:
   lfilter([1], coefs, impulse): O(n · len(coefs)).
   """
   import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
+
   c = np.asarray(coefs, dtype=np.float64).ravel()[:n]
   if c.size == 0 or c[0] == 0.0:
     raise ValueError('coefs[0] (the diagonal) must be non-zero')
@@ -74,7 +77,7 @@ def inverse_coefs(coefs: Any, n: int) -> np.ndarray:
 
 
 def prefix_decoder_coefs(coefs: Any, n: int) -> np.ndarray:
-  """Coefficients b of B = A C⁻¹ = LtToep(b): b_i = Σ_{j≤i} ĉ_j (001 Prop 3.3)."""
+  """Coefficients b of B = A C⁻¹ = LtToep(b): b_i = Σ_{j≤i} ĉ_j (BLT Prop 3.3)."""
   return np.cumsum(inverse_coefs(coefs, n))
 
 
@@ -85,13 +88,13 @@ def decoder_row_sq_norms(coefs: Any, n: int) -> np.ndarray:
 
 
 def max_error(coefs: Any, n: int) -> float:
-  """MaxError(B) = max_i ‖row_i(B)‖ = sqrt(Σ_i b_i²) (001 Prop 3.3)."""
+  """MaxError(B) = max_i ‖row_i(B)‖ = sqrt(Σ_i b_i²) (BLT Prop 3.3)."""
   b = prefix_decoder_coefs(coefs, n)
   return float(np.sqrt(np.sum(b * b)))
 
 
 def rms_error(coefs: Any, n: int) -> float:
-  """RmsError(B) = ‖B‖_F / sqrt(n) = sqrt(Σ_i (n-i) b_i² / n) (001 Prop 3.3)."""
+  """RmsError(B) = ‖B‖_F / sqrt(n) = sqrt(Σ_i (n-i) b_i² / n) (BLT Prop 3.3)."""
   b = prefix_decoder_coefs(coefs, n)
   weights = np.arange(n, 0, -1, dtype=np.float64)
   return float(np.sqrt(np.sum(weights * b * b) / n))
@@ -109,7 +112,7 @@ def column_normalize(matrix: Any) -> np.ndarray:
 
 
 def column_normalized_matrix(coefs: Any, n: int) -> np.ndarray:
-  """Dense column-normalized banded Toeplitz C at horizon n (002 §3.1).
+  """Dense column-normalized banded Toeplitz C at horizon n (Scaling BandMF §3.1).
 
   Column j of LtToep(coefs) holds coefs[:n-j]; it is divided by its in-range
   norm ‖coefs[:n-j]‖, so the last columns are scaled up and the result is no
@@ -123,7 +126,7 @@ def sqrt_coefs(bands: int) -> np.ndarray:
   """Square-root-factorization coefficients truncated to `bands`.
 
   c_0 = 1, c_j = c_{j-1} (2j-1)/(2j) (coefficients of (1-x)^{-1/2}); the warm
-  start of 002 and shared/notes/mechanisms.md.
+  start of Scaling BandMF and docs/mechanisms.md.
   """
   c = np.ones(bands, dtype=np.float64)
   for j in range(1, bands):
@@ -131,18 +134,20 @@ def sqrt_coefs(bands: int) -> np.ndarray:
   return c
 
 
-def toeplitz_min_sep_sensitivity_sq(coefs: Any, n: int, min_sep: int,
-                                    max_participations: int) -> float:
+def toeplitz_min_sep_sensitivity_sq(
+  coefs: Any, n: int, min_sep: int, max_participations: int
+) -> float:
   """sens² = ‖C u(π*)‖² with π* = (0, b, 2b, …) < n, at most k rounds.
 
-  001 Thm 3.1 / Alg. 4: exact when coefs are non-negative and non-increasing.
+  BLT Thm 3.1 / Alg. 4: exact when coefs are non-negative and non-increasing.
   It is also exact for any banded Toeplitz C with len(coefs) ≤ min_sep: the
   chosen columns are then disjoint and the column norms are non-increasing in
   j (the last columns are truncated), so 0, b, 2b, … maximizes the banded rule
-  Σ_{j∈π} ‖C[:, j]‖². Otherwise it is only a lower bound (001 Remark 3.2).
+  Σ_{j∈π} ‖C[:, j]‖². Otherwise it is only a lower bound (BLT Remark 3.2).
   """
   cbar = sensitivity.worst_pattern_response(
-      _as_coefs(coefs, n), sensitivity.worst_pattern_offsets(n, min_sep, max_participations))
+    _as_coefs(coefs, n), sensitivity.worst_pattern_offsets(n, min_sep, max_participations)
+  )
   return float(cbar @ cbar)
 
 
@@ -156,19 +161,20 @@ def _error_weights(n: int, objective: str) -> np.ndarray:
 
 
 def band_toeplitz_loss_and_grad(
-    coefs: np.ndarray, n: int, shifts: list[int],
-    weights: np.ndarray) -> tuple[float, float, float, np.ndarray]:
+  coefs: np.ndarray, n: int, shifts: list[int], weights: np.ndarray
+) -> tuple[float, float, float, np.ndarray]:
   """Squared loss sens²·err² of LtToep(coefs) and its gradient w.r.t. coefs.
 
   Cost O(n · bands). Returns (loss_sq, sens_sq, err_sq, grad).
 
-  Error (002 Prop 3.1): ĉ = C⁻¹ e_0 by lfilter, b = cumsum(ĉ) = C⁻¹·1,
+  Error (Scaling BandMF Prop 3.1): ĉ = C⁻¹ e_0 by lfilter, b = cumsum(ĉ) = C⁻¹·1,
   err² = Σ w_i b_i². Adjoint: with g = ∂err²/∂ĉ, dĉ = -C⁻¹ LtToep(ĉ) dc, so
   ∂err²/∂c = -LtToep(ĉ)ᵀ C⁻ᵀ g; C⁻ᵀ is the same lfilter run backwards.
-  Sensitivity (001 Alg. 4): c̄ = Σ_m shift(c, m·b), sens² = ‖c̄‖²,
+  Sensitivity (BLT Alg. 4): c̄ = Σ_m shift(c, m·b), sens² = ‖c̄‖²,
   ∂sens²/∂c_t = 2 Σ_m c̄_{t+m·b}.
   """
   import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
+
   bands = coefs.size
   impulse = np.zeros(n)
   impulse[0] = 1.0
@@ -179,34 +185,34 @@ def band_toeplitz_loss_and_grad(
   g_chat = np.cumsum(g_b[::-1])[::-1]
   v = scipy.signal.lfilter([1.0], coefs, g_chat[::-1])[::-1]  # C⁻ᵀ g_chat.
   # (LtToep(ĉ)ᵀ v)_t = Σ_{i≥t} ĉ_{i-t} v_i for t < bands: a correlation.
-  corr = scipy.signal.fftconvolve(v, chat[::-1])[n - 1:n - 1 + bands]
+  corr = scipy.signal.fftconvolve(v, chat[::-1])[n - 1 : n - 1 + bands]
   g_err = -corr
   m = min(bands, n)
   cbar = np.zeros(n)
   for s in shifts:
     if s < n:
-      cbar[s:s + m] += coefs[:min(m, n - s)]
+      cbar[s : s + m] += coefs[: min(m, n - s)]
   sens_sq = float(cbar @ cbar)
   g_sens = np.zeros(bands)
   for s in shifts:
     length = min(bands, n - s)
-    g_sens[:length] += 2.0 * cbar[s:s + length]
+    g_sens[:length] += 2.0 * cbar[s : s + length]
   loss_sq = sens_sq * err_sq
   grad = err_sq * g_sens + sens_sq * g_err
   return loss_sq, sens_sq, err_sq, grad
 
 
 def optimize_band_toeplitz(
-    n: int,
-    bands: int,
-    min_sep: int,
-    max_participations: int,
-    objective: str = 'rms',
-    progress: ProgressFn = None,
-    max_iter: int = 1000,
-    init: Optional[np.ndarray] = None,
+  n: int,
+  bands: int,
+  min_sep: int,
+  max_participations: int,
+  objective: str = 'rms',
+  progress: ProgressFn = None,
+  max_iter: int = 1000,
+  init: Optional[np.ndarray] = None,
 ) -> tuple[np.ndarray, dict]:
-  """Optimal `bands`-banded Toeplitz coefficients (002 Prop 3.1, §3).
+  """Optimal `bands`-banded Toeplitz coefficients (Scaling BandMF Prop 3.1, §3).
 
   Minimizes sens²·err² (objective 'rms' → RmsLoss, 'max' → MaxLoss) of the
   un-normalized C = LtToep(θ), θ ∈ R^bands with θ_0 = 1 (the loss is
@@ -224,6 +230,7 @@ def optimize_band_toeplitz(
     iterations, evaluations, seconds, converged, message.
   """
   import scipy.optimize  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
+
   if bands < 1 or bands > n:
     raise ValueError(f'bands must be in [1, n], got {bands}')
   weights = _error_weights(n, objective)
@@ -243,33 +250,140 @@ def optimize_band_toeplitz(
   def callback(xk: np.ndarray) -> None:
     state['iters'] += 1
     if progress is not None:
-      progress({'stage': 'band_toeplitz', 'iteration': state['iters'],
-                'loss': float(np.exp(0.5 * fun(xk)[0]))})
+      progress(
+        {
+          'stage': 'band_toeplitz',
+          'iteration': state['iters'],
+          'loss': float(np.exp(0.5 * fun(xk)[0])),
+        }
+      )
 
   if bands == 1:
     coefs = np.ones(1)
     res = None
   else:
     res = scipy.optimize.minimize(
-        fun, x0[1:], jac=True, method='L-BFGS-B', callback=callback,
-        options={'maxiter': max_iter, 'maxcor': 20, 'ftol': 1e-13,
-                 'gtol': 1e-10})
+      fun,
+      x0[1:],
+      jac=True,
+      method='L-BFGS-B',
+      callback=callback,
+      options={'maxiter': max_iter, 'maxcor': 20, 'ftol': 1e-13, 'gtol': 1e-10},
+    )
     coefs = np.concatenate([[1.0], res.x])
-  loss_sq, sens_sq, err_sq, _ = band_toeplitz_loss_and_grad(
-      coefs, n, shifts, weights)
+  loss_sq, sens_sq, err_sq, _ = band_toeplitz_loss_and_grad(coefs, n, shifts, weights)
   nonneg_noninc = bool(np.all(coefs >= 0.0) and np.all(np.diff(coefs) <= 0.0))
   info = {
-      'loss': float(np.sqrt(loss_sq)),
-      'sens': float(np.sqrt(sens_sq)),
-      'error': float(np.sqrt(err_sq)),
-      'objective': objective,
-      'sens_exact': bool(bands <= min_sep or nonneg_noninc),
-      'iterations': state['iters'],
-      'evaluations': state['evals'],
-      'seconds': time.perf_counter() - start,
-      'converged': True if res is None else bool(res.success),
-      'message': '' if res is None else str(res.message),
+    'loss': float(np.sqrt(loss_sq)),
+    'sens': float(np.sqrt(sens_sq)),
+    'error': float(np.sqrt(err_sq)),
+    'objective': objective,
+    'sens_exact': bool(bands <= min_sep or nonneg_noninc),
+    'iterations': state['iters'],
+    'evaluations': state['evals'],
+    'seconds': time.perf_counter() - start,
+    'converged': True if res is None else bool(res.success),
+    'message': '' if res is None else str(res.message),
   }
   if progress is not None:
     progress({'stage': 'band_toeplitz', 'done': True, **info})
   return coefs, info
+
+
+# ----------------------------------------------------------------------------
+# The banded Toeplitz strategy.
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BandToeplitz(strategy_lib.Strategy):
+  """C = LtToep(coefficients), banded to len(coefficients), optionally column-normalized at n.
+
+  JSON: {"mechanism": "band-toeplitz", "coefficients": [...], "column_normalized": bool}. Column
+  normalization (BandMF-scaling §3.1) happens at the evaluation n, after which C is no longer
+  Toeplitz (its noise stream then needs the horizon n).
+  """
+
+  coefficients: np.ndarray
+  column_normalized: bool = False
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  mechanism: ClassVar[str] = 'band-toeplitz'
+
+  @property
+  def bands(self) -> int:
+    return len(self.coefficients)
+
+  @classmethod
+  def from_dict(cls, obj):
+    coefficients = strategy_lib.float_vector(obj, 'coefficients')
+    if coefficients[0] == 0:
+      raise strategy_lib.StrategyError(
+        "strategy field 'coefficients': the diagonal coefficient coefficients[0] must be non-zero"
+      )
+    normalized = obj.get('column_normalized', False)
+    if not isinstance(normalized, bool):
+      raise strategy_lib.StrategyError(
+        f"strategy field 'column_normalized' must be true or false, got {normalized!r}"
+      )
+    return cls(
+      strategy_lib.readonly(coefficients),
+      normalized,
+      metadata=strategy_lib.extra_fields(obj, ('coefficients', 'column_normalized')),
+    )
+
+  def fields(self):
+    return {'coefficients': self.coefficients.tolist(), 'column_normalized': self.column_normalized}
+
+  def describe(self) -> str:
+    norm = ', column-normalized' if self.column_normalized else ''
+    return f'band-toeplitz ({self.bands} bands{norm})'
+
+  def toeplitz_coefs(self, n: int) -> Optional[np.ndarray]:
+    if self.column_normalized:
+      return None
+    self.check_horizon(n)
+    return _as_coefs(self.coefficients, n)
+
+  def banded_theta(self, n: int) -> np.ndarray:
+    self.check_horizon(n)
+    bands = min(self.bands, n)
+    theta = np.repeat(self.coefficients[:bands, None], n, axis=1)
+    rows = np.arange(bands)[:, None] + np.arange(n)[None, :]
+    theta[rows >= n] = 0.0
+    if self.column_normalized:
+      theta = theta / np.linalg.norm(theta, axis=0)
+    return theta
+
+  def noise_stream(self, n: Optional[int] = None):
+    from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
+
+    if not self.column_normalized:
+      return banded.toeplitz_stream(self.coefficients)
+    if n is None:
+      raise strategy_lib.StrategyError(
+        'a column-normalized band-toeplitz strategy needs the horizon n (its columns are '
+        'normalized at n)'
+      )
+    return banded.banded_stream(self.banded_theta(n))
+
+  @classmethod
+  def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
+    bands = options.band_count(schema)
+    objective = options.objective or 'rms'
+    coefs, info = optimize_band_toeplitz(
+      schema.n,
+      bands,
+      schema.min_sep,
+      schema.max_participations,
+      objective=objective,
+      progress=options.progress,
+      **options.max_iter_kwargs(),
+    )
+    strategy = cls.from_dict(
+      {
+        'mechanism': cls.mechanism,
+        'coefficients': list(coefs),
+        'column_normalized': options.column_normalize,
+      }
+    )
+    return strategy, {'objective': objective, 'bands': bands, **info}

@@ -1,6 +1,6 @@
 """Binary-tree aggregation (TreeAgg): strategy matrix, decoders, noise stream.
 
-One concept: the tree mechanism of mechanisms.md "TreeAgg", in the notation
+One concept: the tree mechanism of docs/mechanisms.md "TreeAgg", in the notation
 of docs/architecture.md (`n` rounds, 0-based; C the strategy; B = A·(per-round
 decoder) the decoder for workload A). The tree has no C⁻¹: its noise is
 defined through a decoder D (n × num_nodes) for prefix sums, and round i's
@@ -20,9 +20,13 @@ EfficientTreeAggregator), 'full-honaker' (B = A C⁺; not streamable).
 
 from __future__ import annotations
 
-from typing import Callable, List, Sequence, Tuple
+import dataclasses
+from typing import Any, ClassVar, List, Mapping, Optional, Tuple
 
 import numpy as np
+
+from fedmf.mf import strategy as strategy_lib
+from fedmf.mf import streaming
 
 VARIANTS = ('vanilla', 'online-honaker', 'full-honaker')
 STREAMING_VARIANTS = ('vanilla', 'online-honaker')
@@ -38,8 +42,7 @@ def _check_n(n: int) -> int:
 
 def _check_variant(variant: str) -> str:
   if variant not in VARIANTS:
-    raise ValueError(
-        f'unknown tree variant {variant!r}; expected one of {VARIANTS}')
+    raise ValueError(f'unknown tree variant {variant!r}; expected one of {VARIANTS}')
   return variant
 
 
@@ -67,14 +70,14 @@ def _node_positions(n: int) -> dict:
 def tree_matrix(n: int) -> np.ndarray:
   """Returns the binary-tree strategy C, shape (num_nodes, n), rows by `tree_nodes`.
 
-  Source: mechanisms.md TreeAgg (Dwork et al. 2010 binary tree): row (h, j)
+  Source: docs/mechanisms.md TreeAgg (Dwork et al. 2010 binary tree): row (h, j)
   has ones on the leaves [j·2^h, (j+1)·2^h). Tree completion keeps only
   nodes inside [0, n).
   """
   nodes = tree_nodes(n)
   c = np.zeros((len(nodes), n))
   for row, (h, j) in enumerate(nodes):
-    c[row, j << h:(j + 1) << h] = 1.0
+    c[row, j << h : (j + 1) << h] = 1.0
   return c
 
 
@@ -106,7 +109,7 @@ def _honaker_variance(h: int) -> float:
 def vanilla_decoder(n: int) -> np.ndarray:
   """Returns D (n × num_nodes): row t sums the dyadic nodes covering [0, t].
 
-  Source: mechanisms.md TreeAgg "Vanilla decoding"; the variance of row t is
+  Source: docs/mechanisms.md TreeAgg "Vanilla decoding"; the variance of row t is
   popcount(t + 1).
   """
   pos = _node_positions(n)
@@ -121,7 +124,7 @@ def _online_honaker_node_estimates(n: int) -> dict:
   """Maps each node to its estimate as a row vector over node noises.
 
   Source: Honaker (2015) as in tensorflow_privacy EfficientTreeAggregator
-  (mechanisms.md TreeAgg). A node's own noisy value (variance 1) and the sum
+  (docs/mechanisms.md TreeAgg). A node's own noisy value (variance 1) and the sum
   of its two children's estimates (variance 2 v_{h-1}) are independent
   unbiased estimates of the node's sum; inverse-variance weighting gives
   e = v_h (w + (e_left + e_right) / (2 v_{h-1})) with variance v_h.
@@ -158,7 +161,7 @@ def online_honaker_decoder(n: int) -> np.ndarray:
 def full_honaker_decoder(n: int) -> np.ndarray:
   """Returns D = A C⁺ for the prefix workload A: the least-squares decoder.
 
-  Source: mechanisms.md TreeAgg-Full (Honaker 2015 with all nodes). Row t
+  Source: docs/mechanisms.md TreeAgg-Full (Honaker 2015 with all nodes). Row t
   uses nodes that complete after round t, so it does not stream.
   """
   n = _check_n(n)
@@ -206,81 +209,151 @@ def prefix_noise_variances(n: int, variant: str) -> np.ndarray:
   return decoder_row_sq_norms(n, variant)
 
 
-class TreeNoiseStream:
-  """Streams round i's tree noise [D w]_i - [D w]_{i-1}, with no horizon.
+def round_variances(variant: str, max_height: int = 62) -> np.ndarray:
+  """Variance of round t's noise (unit node noise) when leaf t completes a height-h node, by h.
 
-  State: at most one buffered node per height (the dyadic cover of the
-  rounds so far) plus the previous cumulative noise, i.e. O(log i · d).
-  Node noises come from `node_noise(height, index)`, so any implementation
-  that draws them keyed by (seed, height, index) reproduces this stream.
+  vanilla: w_h - Σ_{j<h} w_j → h + 1.
+  online Honaker: s_h = Σ_{k≤h} 2^{-(h-k)} w'_k + Σ_{j<h} 2^{-(h-j)} s_j over the new right-chain
+  nodes w'_k and the buffered left nodes s_j (independent, Var s_j = V_j, V_0 = 1,
+  V_j = 1 + V_{j-1}/2), so Var = c_h² Σ_k 4^{-(h-k)} + Σ_{j<h} (c_h 2^{-(h-j)} - c_j)² V_j with
+  c_j = 1/(2 - 2^{-j}).
+  """
+  variant = _check_variant(variant)
+  if variant == 'vanilla':
+    return np.arange(max_height + 1, dtype=np.float64) + 1.0
+  out = np.zeros(max_height + 1)
+  v = np.ones(max_height + 1)
+  for j in range(1, max_height + 1):
+    v[j] = 1.0 + 0.5 * v[j - 1]
+  c = np.array([_honaker_variance(j) for j in range(max_height + 1)])
+  for h in range(max_height + 1):
+    k = np.arange(h + 1)
+    total = c[h] ** 2 * np.sum(0.25 ** (h - k))
+    j = np.arange(h)
+    total += np.sum((c[h] * 0.5 ** (h - j) - c[j]) ** 2 * v[j])
+    out[h] = total
+  return out
 
-  Source: tensorflow_privacy TreeAggregator / EfficientTreeAggregator and
-  TFF's TreeResidualSumQuery (mechanisms.md TreeAgg). For 'online-honaker'
-  the buffer holds the unweighted recursion s = w + (s_left + s_right) / 2,
-  whose weighted value s / (2 - 2^{-h}) is the node's inverse-variance
-  estimate.
+
+@dataclasses.dataclass(frozen=True)
+class TreeStream(streaming.NoiseStream):
+  """Round t's tree noise [P w]_t = [D w]_t - [D w]_{t-1}, with no horizon.
+
+  Leaf t completes the nodes (j, t >> j) for j = 0..h, h = trailing zeros of t + 1; draw j of
+  round t is node (j, t >> j)'s noise, so every node is drawn exactly once. The buffered nodes at
+  heights j < h are left descendants of node (h, t >> h) and leave the dyadic cover:
+
+      noise_t = c_h e_h - Σ_{j<h} c_j s_j,
+
+  vanilla: e = the node's own draw, c = 1; online Honaker (tensorflow_privacy's
+  EfficientTreeAggregator, TFF's TreeResidualSumQuery): the unweighted recursion
+  s = w + (s_left + s_right)/2 and c_j = 1/(2 - 2^{-j}).
+  State: (t, per tensor a [rows, *shape] buffer, row j = the buffered node at height j).
   """
 
-  def __init__(self, variant: str, shape: Sequence[int],
-               node_noise: Callable[[int, int], np.ndarray]):
-    variant = _check_variant(variant)
-    if variant not in STREAMING_VARIANTS:
-      raise ValueError(
-          f'tree variant {variant!r} does not stream (its decoder uses '
-          f'nodes from future rounds); use one of {STREAMING_VARIANTS}')
-    self._variant = variant
-    self._shape = tuple(int(s) for s in shape)
-    self._node_noise = node_noise
-    self._round = 0
-    # (height, buffered value), heights strictly decreasing.
-    self._buffer: List[Tuple[int, np.ndarray]] = []
-    self._prev_cumsum = np.zeros(self._shape)
+  variant: str = 'online-honaker'
 
-  @property
-  def round(self) -> int:
-    """The 0-based index of the round the next call to `next` returns."""
-    return self._round
+  def init(self, specs, ops):
+    return (
+      streaming.round_counter(ops),
+      tuple(ops.empty_rows(spec.shape, spec.dtype) for spec in specs),
+    )
 
-  def _draw(self, height: int, index: int) -> np.ndarray:
-    value = np.asarray(self._node_noise(height, index), dtype=np.float64)
-    if value.shape != self._shape:
-      raise ValueError(
-          f'node_noise({height}, {index}) returned shape {value.shape}, '
-          f'expected {self._shape}')
-    return value
+  def _weight(self, h, ops):
+    if self.variant == 'vanilla':
+      return ops.constant(1.0, ops.float64)
+    return 1.0 / (2.0 - ops.cast(0.5, ops.float64) ** ops.cast(h, ops.float64))
 
-  def next(self) -> np.ndarray:
-    """Returns the noise of the current round and advances one round."""
-    t = self._round
-    count = t + 1
-    # Height of the node completed by leaf t; the buffered nodes below it
-    # are its left descendants and leave the dyadic cover.
-    top = (count & -count).bit_length() - 1
-    if self._variant == 'vanilla':
-      del self._buffer[len(self._buffer) - top:]
-      self._buffer.append((top, self._draw(top, t >> top)))
-      cumsum = sum(value for _, value in self._buffer)
+  def step(self, state, z, ops):
+    t, buffers = state
+    h = ops.trailing_zeros(t + 1)
+    if self.variant == 'vanilla':
+      nodes = list(z(h))
     else:
-      value = self._draw(0, t)
-      for h in range(1, top + 1):
-        _, left = self._buffer.pop()
-        value = self._draw(h, t >> h) + 0.5 * (left + value)
-      self._buffer.append((top, value))
-      cumsum = sum(_honaker_variance(h) * v for h, v in self._buffer)
-    cumsum = np.asarray(cumsum, dtype=np.float64).reshape(self._shape)
-    noise = cumsum - self._prev_cumsum
-    self._prev_cumsum = cumsum
-    self._round += 1
-    return noise
+
+      def climb(j, values):  # s ← w(j+1) + (s_left + s)/2, up to height h.
+        return [w + 0.5 * (ops.row(buf, j) + s) for w, buf, s in zip(z(j + 1), buffers, values)]
+
+      nodes = ops.fori_loop(0, h, climb, list(z(0)))
+    outputs, new_buffers = [], []
+    for node, buf in zip(nodes, buffers):
+      dtype = node.dtype
+
+      def below(j, acc, buf=buf, dtype=dtype):
+        return acc + ops.cast(self._weight(j, ops), dtype) * ops.row(buf, j)
+
+      out = ops.cast(self._weight(h, ops), dtype) * node - ops.fori_loop(0, h, below, 0.0 * node)
+      outputs.append(out)
+      new_buffers.append(ops.set_row(buf, h, node))
+    return outputs, (t + 1, tuple(new_buffers))
+
+  def row_norm(self, state, ops):
+    h = ops.trailing_zeros(state[0] + 1)
+    return ops.gather(np.sqrt(round_variances(self.variant)), h, ops.float64)
 
 
-def gaussian_node_noise(seed: int, shape: Sequence[int],
-                        std: float = 1.0) -> Callable[[int, int], np.ndarray]:
-  """Returns node_noise(height, index) drawing N(0, std²) keyed by (seed, height, index)."""
-  shape = tuple(int(s) for s in shape)
+# ---------------------------------------------------------------------------------------------
+# The tree strategy.
 
-  def node_noise(height: int, index: int) -> np.ndarray:
-    rng = np.random.default_rng([int(seed), int(height), int(index)])
-    return std * rng.standard_normal(shape)
 
-  return node_noise
+@dataclasses.dataclass(frozen=True, eq=False)
+class Tree(strategy_lib.Strategy):
+  """Binary-tree aggregation; `variant` names the decoder (TreeAgg).
+
+  JSON: {"mechanism": "tree", "variant": "vanilla" | "online-honaker" | "full-honaker"}. C is the
+  (2n - popcount(n)) × n tree matrix; there is no C⁻¹, the noise comes from the decoder.
+  Full Honaker is for error comparisons: it does not stream.
+  """
+
+  variant: str = 'online-honaker'
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  mechanism: ClassVar[str] = 'tree'
+
+  @classmethod
+  def from_dict(cls, obj):
+    variant = obj.get('variant', 'online-honaker')
+    if variant not in VARIANTS:
+      raise strategy_lib.StrategyError(
+        f"strategy field 'variant': unknown tree variant {variant!r}; expected one of "
+        f"{', '.join(VARIANTS)}"
+      )
+    return cls(variant=variant, metadata=strategy_lib.extra_fields(obj, ('variant',)))
+
+  def fields(self):
+    return {'variant': self.variant}
+
+  def describe(self) -> str:
+    return f'tree ({self.variant})'
+
+  def matrix(self, n: int) -> np.ndarray:
+    self.check_horizon(n)
+    return tree_matrix(n)
+
+  def decoder_row_sq_norms(self, n: int, workload: Optional[np.ndarray] = None) -> np.ndarray:
+    self.check_horizon(n)
+    if workload is None:
+      return np.asarray(decoder_row_sq_norms(n, self.variant), dtype=np.float64)
+    if self.variant == 'full-honaker':
+      b_mat = workload @ np.linalg.pinv(tree_matrix(n))  # The optimal decoder for A is A C⁺.
+    else:
+      b_mat = workload @ per_round_decoder(n, self.variant)
+    return np.sum(b_mat * b_mat, axis=1)
+
+  def check_streamable(self) -> None:
+    if self.variant not in STREAMING_VARIANTS:
+      raise strategy_lib.StrategyError(
+        f"tree variant {self.variant!r} does not stream (its decoder uses nodes of future "
+        f"rounds); use 'online-honaker' or 'vanilla' for training"
+      )
+
+  def noise_stream(self, n: Optional[int] = None) -> TreeStream:
+    self.check_streamable()
+    return TreeStream(self.variant)
+
+  def noise_row_norms(self, n: int) -> np.ndarray:
+    self.check_horizon(n)
+    return np.linalg.norm(per_round_decoder(n, self.variant), axis=1)
+
+  @classmethod
+  def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
+    return cls(variant=options.tree_variant), {'objective': options.objective or 'rms'}

@@ -6,7 +6,7 @@ fedmf factors A = B C and adds noise to C x.
 
 - `prefix_sum(n)`: A_ij = 1 for i ≥ j (the running sum; the default everywhere).
 - `momentum_with_cooldown(n, ...)`: the model trajectory of SGD with heavy-ball momentum and an
-  optional linear learning-rate cooldown (Denisov et al. 2022, as cited in 000 and 002; 000
+  optional linear learning-rate cooldown (Denisov et al. 2022, as cited in BandMF and Scaling BandMF; BandMF
   App. H/I use momentum 0.95 and a linear cooldown to 0.05× the learning rate).
 
 All matrices are float64.
@@ -25,8 +25,9 @@ def prefix_sum(n: int) -> np.ndarray:
   return np.tril(np.ones((n, n), dtype=np.float64))
 
 
-def cooldown_learning_rates(n: int, cooldown_period: int = 0,
-                            cooldown_target: float = 0.05) -> np.ndarray:
+def cooldown_learning_rates(
+  n: int, cooldown_period: int = 0, cooldown_target: float = 0.05
+) -> np.ndarray:
   """Per-round learning-rate multipliers lr_0..lr_{n-1} with a linear cooldown.
 
   lr_t = 1 for t < n - p, where p = cooldown_period. Over the last p rounds the rate decreases linearly
@@ -51,12 +52,13 @@ def cooldown_learning_rates(n: int, cooldown_period: int = 0,
   p = int(cooldown_period)
   if p > 0:
     s = np.arange(1, p + 1, dtype=np.float64)
-    lr[n - p:] = 1.0 + (cooldown_target - 1.0) * s / p
+    lr[n - p :] = 1.0 + (cooldown_target - 1.0) * s / p
   return lr
 
 
-def momentum_with_cooldown(n: int, momentum: float = 0.95, cooldown_period: int = 0,
-                           cooldown_target: float = 0.05) -> np.ndarray:
+def momentum_with_cooldown(
+  n: int, momentum: float = 0.95, cooldown_period: int = 0, cooldown_target: float = 0.05
+) -> np.ndarray:
   """Workload of SGD with heavy-ball momentum and a linear learning-rate cooldown.
 
   The optimizer (with a unit base learning rate and model starting at 0) is

@@ -1,7 +1,7 @@
 """The post-hoc min-separation auditor: participation log → realized (b, k) → sensitivity → ρ, ε.
 
 In cross-device FL a device-side timer enforces the separation, so the true min-separation b and max
-participations k are known only after training (001 §1, §5, App. C; 000 App. K). The auditor reads
+participations k are known only after training (BLT §1, §5, App. C; BandMF App. K). The auditor reads
 the log (``fedmf.privacy.participation_log``), computes the realized b (minimum gap between a client's consecutive
 participations; None when nobody participated twice, i.e. single participation) and k, the
 violations of declared limits, and the privacy claim the log supports, using
@@ -30,6 +30,7 @@ from fedmf.privacy import accounting
 from fedmf.privacy import curve as curve_lib
 from fedmf.privacy import participation_log
 from fedmf.errors import FedmfUserError
+from fedmf.mf.schema import ParticipationSchema
 
 logger = logging.getLogger(__name__)
 
@@ -396,19 +397,19 @@ def audit_arrays(arrays: participation_log.ParticipationArrays, strategy: Any, n
     if stats.max_round >= n:
       raise FedmfUserError(
           f"the log has a participation in round {stats.max_round}, but --rounds is {n}")
-  strategies.check_horizon(strategy, n)
+  strategy.check_horizon(n)
   if stats.duplicate_rows:
     warnings.append(
         f"{stats.duplicate_rows} duplicate (round, client_id) rows: those clients' updates may have "
         "been summed twice, and the claim does not cover them")
   k_obs = stats.observed_max_participations
   b_obs = stats.observed_min_sep
-  realized = accounting.account(strategy, n, b_obs if k_obs > 1 else None, k_obs, sigma, delta,
-                                method=method, accountant=accountant)
+  realized = accounting.account(strategy, ParticipationSchema(n, b_obs if k_obs > 1 else None, k_obs),
+                                sigma, delta, method=method, accountant=accountant)
   declared = None
   if min_sep is not None or max_participations is not None:
-    d = accounting.account(strategy, n, min_sep, max_participations, sigma, delta, method=method,
-                           accountant=accountant)
+    d = accounting.account(strategy, ParticipationSchema(n, min_sep, max_participations), sigma,
+                           delta, method=method, accountant=accountant)
     declared = DeclaredClaim(min_sep, max_participations, d)
     counts = violations.counts()
     if counts["min-sep"] or counts["max-participations"]:
@@ -431,11 +432,9 @@ def audit_arrays(arrays: participation_log.ParticipationArrays, strategy: Any, n
       b_r[m:] = b_r[m - 1]
       k_r[m:] = k_r[m - 1]
     eps_curve = curve_lib.epsilon_curve(strategy, b_r, k_r, sigma, delta, method=method)
-  from fedmf.mf.strategies import describe  # pylint: disable=g-import-not-at-top
-  strategy_info = {"mechanism": strategy.mechanism, "description": describe(strategy)}
-  horizon = getattr(strategy, "n", None)
-  if horizon is not None:
-    strategy_info["n"] = int(horizon)
+  strategy_info = {"mechanism": strategy.mechanism, "description": strategy.describe()}
+  if strategy.horizon is not None:
+    strategy_info["n"] = int(strategy.horizon)
   return AuditResult(
       log=log_name, strategy=strategy_info, rounds=n, rounds_source=source, stats=stats,
       violations=violations, realized=realized, declared=declared,
@@ -467,7 +466,7 @@ def audit_log(path: str | os.PathLike[str], strategy: Any, noise_multiplier: flo
   accounting.validate_delta(delta)
   strategy = strategies.load_strategy(strategy)
   if rounds is not None:
-    strategies.check_horizon(strategy, _positive_int_or_none(rounds, "--rounds"))
+    strategy.check_horizon(_positive_int_or_none(rounds, "--rounds"))
   arrays = participation_log.read_participation_arrays(path, progress=progress)
   return audit_arrays(arrays, strategy, noise_multiplier, delta, rounds=rounds, min_sep=min_sep,
                       max_participations=max_participations, method=method,

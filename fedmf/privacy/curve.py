@@ -13,8 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedmf.privacy.accounting import (_sensitivity, check_horizon, gaussian_epsilon, rho_zcdp,
-                                      validate_delta, validate_noise_multiplier)
+from fedmf.mf.evaluation import sensitivity as _sensitivity
+from fedmf.privacy.accounting import gaussian_epsilon, rho_zcdp, validate_delta
+from fedmf.privacy.events import validate_noise_multiplier
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,7 @@ def epsilon_curve(strategy: Any, min_seps: Sequence[int] | np.ndarray,
                   max_participations: Sequence[int] | np.ndarray, noise_multiplier: float,
                   delta: float, *, method: str = "auto", max_evaluations: int | None = None,
                   time_budget: float = 5.0) -> EpsilonCurve:
-  """ε after r rounds, r = 1..n, using the realized (b_r, k_r) of the first r rounds (001 §1).
+  """ε after r rounds, r = 1..n, using the realized (b_r, k_r) of the first r rounds (BLT §1).
 
   Args:
     strategy: Strategy (object, dict or path).
@@ -78,7 +79,7 @@ def epsilon_curve(strategy: Any, min_seps: Sequence[int] | np.ndarray,
   n = b.shape[0]
   if k.shape != (n,) or n == 0:
     raise ValueError("min_seps and max_participations must be non-empty and of equal length")
-  check_horizon(strategy, n)
+  strategy.check_horizon(n)
   b = np.where(b <= 0, -1, b)
   change = np.flatnonzero((b[1:] != b[:-1]) | (k[1:] != k[:-1])) + 1
   starts = np.concatenate([[0], change]).astype(np.int64)

@@ -2,7 +2,7 @@
 
 One concept: who may join round r. In cross-device FL the server cannot schedule devices; each
 device keeps a timer and refuses to check in again until b rounds after its last participation
-(001 §1 and Alg. 1, with the gap convention of docs/architecture.md: a client that joined round r
+(BLT §1 and Alg. 1, with the gap convention of docs/architecture.md: a client that joined round r
 may join again at round r + b). Devices are also only sometimes available. The realized
 min-separation and participation counts are therefore only known afterwards, from the log.
 

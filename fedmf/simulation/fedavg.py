@@ -51,14 +51,16 @@ class SimulationConfig:
       raise FedmfUserError("rounds, min_sep and clients_per_round must be positive")
     if self.num_clients < self.clients_per_round * self.min_sep:
       raise FedmfUserError(
-          f"num_clients ({self.num_clients}) must be at least clients_per_round × min_sep "
-          f"({self.clients_per_round * self.min_sep}) so every round can fill its cohort")
+        f"num_clients ({self.num_clients}) must be at least clients_per_round × min_sep "
+        f"({self.clients_per_round * self.min_sep}) so every round can fill its cohort"
+      )
     if (self.noise_multiplier is None) == (self.target_epsilon is None):
       raise FedmfUserError("give exactly one of noise_multiplier and target_epsilon")
 
   @property
   def declared_max_participations(self) -> int:
     from fedmf.mf.sensitivity import effective_max_participations
+
     return effective_max_participations(self.rounds, self.min_sep, self.max_participations)
 
 
@@ -78,28 +80,46 @@ def _atomic_write(path: Path, text: str) -> None:
   os.replace(tmp, path)
 
 
-def run_simulation(config: SimulationConfig, out_dir: str | os.PathLike, *, progress: bool = True,
-                   report: bool = True) -> dict[str, Any]:
+def run_simulation(
+  config: SimulationConfig,
+  out_dir: str | os.PathLike,
+  *,
+  progress: bool = True,
+  report: bool = True,
+) -> dict[str, Any]:
   """Runs the simulation; writes participation.csv, metrics.jsonl, summary.json and audit/ in out_dir."""
   from fedmf.privacy import accounting, audit, participation_log
   from fedmf.mf import strategies
+  from fedmf.mf.schema import ParticipationSchema
   from fedmf.simulation.client_timer import ClientTimer
   from fedmf.simulation.synthetic import client_datasets, make_synthetic_data
 
   config.validate()
   strategy = strategies.load_strategy(config.strategy)
-  strategies.check_horizon(strategy, config.rounds)
+  strategy.check_horizon(config.rounds)
+  strategy.check_streamable()
   out = Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   k_declared = config.declared_max_participations
 
   if config.target_epsilon is not None:
     calibrated = accounting.calibrate_noise_multiplier(
-        strategy, config.rounds, config.min_sep, k_declared, config.target_epsilon, config.delta)
+      strategy,
+      ParticipationSchema(config.rounds, config.min_sep, k_declared),
+      config.target_epsilon,
+      config.delta,
+    )
     sigma = calibrated.noise_multiplier
-    logger.info("calibrated noise multiplier %.6g for ε=%g at δ=%g under b=%d, k=%d (sensitivity %.6g, %s)",
-                sigma, config.target_epsilon, config.delta, config.min_sep, k_declared,
-                calibrated.sensitivity, calibrated.sensitivity_method)
+    logger.info(
+      "calibrated noise multiplier %.6g for ε=%g at δ=%g under b=%d, k=%d (sensitivity %.6g, %s)",
+      sigma,
+      config.target_epsilon,
+      config.delta,
+      config.min_sep,
+      k_declared,
+      calibrated.sensitivity,
+      calibrated.sensitivity_method,
+    )
   else:
     sigma = float(config.noise_multiplier)
 
@@ -109,19 +129,28 @@ def run_simulation(config: SimulationConfig, out_dir: str | os.PathLike, *, prog
   from fedmf.tff.learning import build_dp_fed_avg
 
   data = make_synthetic_data(config.num_clients, config.examples_per_client, seed=config.seed)
-  timer = ClientTimer(config.num_clients, config.min_sep, config.clients_per_round, config.max_participations,
-                      config.availability, seed=config.seed)
+  timer = ClientTimer(
+    config.num_clients,
+    config.min_sep,
+    config.clients_per_round,
+    config.max_participations,
+    config.availability,
+    seed=config.seed,
+  )
 
   def keras_model():
     tf.keras.utils.set_random_seed(config.seed)
-    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(data.dim,)),
-                                tf.keras.layers.Dense(data.num_classes)])
+    return tf.keras.Sequential(
+      [tf.keras.layers.InputLayer(input_shape=(data.dim,)), tf.keras.layers.Dense(data.num_classes)]
+    )
 
   def model_fn():
     return tff.learning.models.from_keras_model(
-        keras_model(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=(tf.TensorSpec([None, data.dim], tf.float32), tf.TensorSpec([None], tf.int32)),
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+      keras_model(),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=(tf.TensorSpec([None, data.dim], tf.float32), tf.TensorSpec([None], tf.int32)),
+      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+    )
 
   def test_accuracy(process, state) -> float:
     # The model is one dense layer; evaluating it in numpy avoids mixing Keras graphs with TFF's.
@@ -134,22 +163,32 @@ def run_simulation(config: SimulationConfig, out_dir: str | os.PathLike, *, prog
   bar = None
   if progress:
     from tqdm import tqdm
+
     bar = tqdm(total=config.rounds, desc="simulate", unit="round", dynamic_ncols=True)
   start = time.perf_counter()
   with local_execution_context():
     process = build_dp_fed_avg(
-        model_fn, strategy, noise_multiplier=sigma, clip_norm=config.clip_norm,
-        clients_per_round=config.clients_per_round,
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_learning_rate, config.server_momentum),
-        noise_seed=config.noise_seed, num_rounds=config.rounds)
+      model_fn,
+      strategy,
+      noise_multiplier=sigma,
+      clip_norm=config.clip_norm,
+      clients_per_round=config.clients_per_round,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+        config.server_learning_rate, config.server_momentum
+      ),
+      noise_seed=config.noise_seed,
+      num_rounds=config.rounds,
+    )
     state = process.initialize()
     initial_accuracy = test_accuracy(process, state)
     with participation_log.ParticipationLogWriter(log_path) as log:
       for r in range(config.rounds):
         cohort = timer.sample(r)
         if cohort.size == 0:
-          raise FedmfUserError(f"round {r}: no client is eligible; lower min_sep or availability, or add clients")
+          raise FedmfUserError(
+            f"round {r}: no client is eligible; lower min_sep or availability, or add clients"
+          )
         output = process.next(state, client_datasets(data, cohort, config.batch_size))
         state = output.state
         log.write_round(r, [data.client_id(i) for i in cohort])
@@ -167,31 +206,52 @@ def run_simulation(config: SimulationConfig, out_dir: str | os.PathLike, *, prog
   seconds = time.perf_counter() - start
   _atomic_write(out / "metrics.jsonl", "".join(json.dumps(row) + "\n" for row in metrics_rows))
 
-  result = audit.audit_log(log_path, strategy, sigma, config.delta, rounds=config.rounds,
-                           min_sep=config.min_sep, max_participations=k_declared)
+  result = audit.audit_log(
+    log_path,
+    strategy,
+    sigma,
+    config.delta,
+    rounds=config.rounds,
+    min_sep=config.min_sep,
+    max_participations=k_declared,
+  )
   audit_dict = result.to_dict()
   _atomic_write(out / "audit.json", json.dumps(audit_dict, indent=1) + "\n")
   if report:
     from fedmf.privacy import report as report_lib
+
     report_lib.write_report(result, out / "audit")
 
   summary = {
-      "strategy": strategies.describe(strategy),
-      "rounds": config.rounds,
-      "clients_per_round": config.clients_per_round,
-      "num_clients": config.num_clients,
-      "declared_min_sep": config.min_sep,
-      "declared_max_participations": k_declared,
-      "noise_multiplier": sigma,
-      "initial_test_accuracy": initial_accuracy,
-      "final_test_accuracy": metrics_rows[-1].get("test_accuracy"),
-      "seconds": seconds,
-      "audit": {key: audit_dict.get(key) for key in (
-          "observed_min_sep", "observed_max_participations", "sensitivity", "sensitivity_method",
-          "rho", "epsilon", "delta")},
-      "violations": len(audit_dict.get("violations", [])),
-      "outputs": {"log": str(log_path), "metrics": str(out / "metrics.jsonl"), "audit": str(out / "audit.json"),
-                  "report": str(out / "audit" / "report.md") if report else None},
+    "strategy": strategy.describe(),
+    "rounds": config.rounds,
+    "clients_per_round": config.clients_per_round,
+    "num_clients": config.num_clients,
+    "declared_min_sep": config.min_sep,
+    "declared_max_participations": k_declared,
+    "noise_multiplier": sigma,
+    "initial_test_accuracy": initial_accuracy,
+    "final_test_accuracy": metrics_rows[-1].get("test_accuracy"),
+    "seconds": seconds,
+    "audit": {
+      key: audit_dict.get(key)
+      for key in (
+        "observed_min_sep",
+        "observed_max_participations",
+        "sensitivity",
+        "sensitivity_method",
+        "rho",
+        "epsilon",
+        "delta",
+      )
+    },
+    "violations": len(audit_dict.get("violations", [])),
+    "outputs": {
+      "log": str(log_path),
+      "metrics": str(out / "metrics.jsonl"),
+      "audit": str(out / "audit.json"),
+      "report": str(out / "audit" / "report.md") if report else None,
+    },
   }
   _atomic_write(out / "summary.json", json.dumps(summary, indent=1) + "\n")
   return summary

@@ -38,9 +38,16 @@ class SyntheticFederatedData:
     return f"client-{index:06d}"
 
 
-def make_synthetic_data(num_clients: int = 200, examples_per_client: int = 32, dim: int = 20,
-                        num_classes: int = 5, heterogeneity: float = 1.0, label_noise: float = 0.5,
-                        test_examples: int = 2000, seed: int = 0) -> SyntheticFederatedData:
+def make_synthetic_data(
+  num_clients: int = 200,
+  examples_per_client: int = 32,
+  dim: int = 20,
+  num_classes: int = 5,
+  heterogeneity: float = 1.0,
+  label_noise: float = 0.5,
+  test_examples: int = 2000,
+  seed: int = 0,
+) -> SyntheticFederatedData:
   if min(num_clients, examples_per_client, dim, test_examples) < 1 or num_classes < 2:
     raise ValueError("synthetic data needs positive sizes and at least 2 classes")
   rng = np.random.default_rng(seed)
@@ -50,12 +57,19 @@ def make_synthetic_data(num_clients: int = 200, examples_per_client: int = 32, d
   y = np.argmax(x @ w * 3.0 + label_noise * rng.normal(size=x.shape[:2] + (num_classes,)), axis=-1)
   test_centres = heterogeneity * rng.normal(size=(test_examples, dim))
   tx = test_centres + rng.normal(size=(test_examples, dim))
-  ty = np.argmax(tx @ w * 3.0 + label_noise * rng.normal(size=(test_examples, num_classes)), axis=-1)
-  return SyntheticFederatedData(x.astype(np.float32), y.astype(np.int32), tx.astype(np.float32), ty.astype(np.int32))
+  ty = np.argmax(
+    tx @ w * 3.0 + label_noise * rng.normal(size=(test_examples, num_classes)), axis=-1
+  )
+  return SyntheticFederatedData(
+    x.astype(np.float32), y.astype(np.int32), tx.astype(np.float32), ty.astype(np.int32)
+  )
 
 
 def client_datasets(data: SyntheticFederatedData, cohort: np.ndarray, batch_size: int = 8) -> list:
   """`tf.data` datasets (one local epoch, batched) for the clients in `cohort`."""
   import tensorflow as tf
-  return [tf.data.Dataset.from_tensor_slices((data.features[i], data.labels[i])).batch(batch_size)
-          for i in cohort]
+
+  return [
+    tf.data.Dataset.from_tensor_slices((data.features[i], data.labels[i])).batch(batch_size)
+    for i in cohort
+  ]

@@ -1,6 +1,6 @@
 """DP mean aggregators with correlated (matrix-mechanism) noise for TFF.
 
-Layer 3 of docs/architecture.md; notation from there and mechanisms.md.
+Layer 3 of docs/architecture.md; notation from there and docs/mechanisms.md.
 
 `build_dp_aggregator(strategy, ...)` returns a
 `tff.aggregators.UnweightedAggregationFactory`. Its process, in round i
@@ -15,9 +15,9 @@ Layer 3 of docs/architecture.md; notation from there and mechanisms.md.
    `tf.random.stateless_normal` keyed by (noise_seed, i, tensor index);
 3. the result is divided by the fixed `clients_per_round` (the DP mean).
 
-State (at SERVER, all tensors): `seed` (int64[2], secret), `round` (int64),
-`noise` (the stream's buffers, see `fedmf.tff.noise`). Feeding a saved state
-back continues with bit-identical noise.
+State (at SERVER, all tensors): `seed` (int64[2], secret) and `noise`, the
+stream state of `fedmf.mf.streaming` (its first entry is the round i). Feeding
+a saved state back continues with bit-identical noise.
 
 Measurements: `round`, `clipped_count`, `zeroed_count`, `noise_stddev` =
 clip·σ·‖row_i of C⁻¹‖ / clients_per_round (std of one coordinate of the noise in
@@ -36,6 +36,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from fedmf.errors import FedmfUserError
+from fedmf.mf import streaming
 from fedmf.tff import noise as noise_lib
 
 __all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory', 'draw_noise_seed']
@@ -69,33 +70,37 @@ def _global_norm(tensors: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
   divided by the peak before squaring, so huge finite updates (e.g. 3e38 in
   float32) get their true norm instead of inf.
   """
-  peaks = [tf.cast(tf.reduce_max(tf.abs(t)), tf.float64) for t in tensors
-           if t.shape.num_elements() != 0]
+  peaks = [
+    tf.cast(tf.reduce_max(tf.abs(t)), tf.float64) for t in tensors if t.shape.num_elements() != 0
+  ]
   if not peaks:
     return tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
   peak = tf.reduce_max(tf.stack(peaks))
   safe = tf.where(peak > 0.0, peak, 1.0)
-  sq = tf.add_n([
-      tf.cast(tf.reduce_sum(tf.square(t / tf.cast(safe, t.dtype))), tf.float64)
-      for t in tensors
-  ])
+  sq = tf.add_n(
+    [tf.cast(tf.reduce_sum(tf.square(t / tf.cast(safe, t.dtype))), tf.float64) for t in tensors]
+  )
   return safe, tf.sqrt(sq)
 
 
 class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   """Clip, sum, add streaming correlated noise, divide by clients_per_round."""
 
-  def __init__(self, stream: noise_lib.NoiseStream, *, noise_multiplier: float,
-               clip_norm: float, clients_per_round: float,
-               noise_seed: Optional[int] = None):
+  def __init__(
+    self,
+    stream: streaming.NoiseStream,
+    *,
+    noise_multiplier: float,
+    clip_norm: float,
+    clients_per_round: float,
+    noise_seed: Optional[int] = None,
+  ):
     if not noise_multiplier >= 0.0 or not np.isfinite(noise_multiplier):
-      raise FedmfUserError(
-          f'noise_multiplier must be finite and >= 0, got {noise_multiplier}')
+      raise FedmfUserError(f'noise_multiplier must be finite and >= 0, got {noise_multiplier}')
     if not clip_norm > 0.0 or not np.isfinite(clip_norm):
       raise FedmfUserError(f'clip_norm must be finite and > 0, got {clip_norm}')
     if not clients_per_round > 0.0 or not np.isfinite(clients_per_round):
-      raise FedmfUserError(
-          f'clients_per_round must be finite and > 0, got {clients_per_round}')
+      raise FedmfUserError(f'clients_per_round must be finite and > 0, got {clients_per_round}')
     self._stream = stream
     self._noise_multiplier = float(noise_multiplier)
     self._clip_norm = float(clip_norm)
@@ -103,7 +108,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     self._seed = None if noise_seed is None else _seed_pair(noise_seed)
 
   @property
-  def stream(self) -> noise_lib.NoiseStream:
+  def stream(self) -> streaming.NoiseStream:
     return self._stream
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
@@ -128,9 +133,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         seed = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
       else:
         seed = tf.constant(fixed_seed, tf.int64)
-      return collections.OrderedDict(
-          seed=seed, round=tf.constant(0, tf.int64),
-          noise=stream.initial_state(specs))
+      return collections.OrderedDict(seed=seed, noise=stream.init(specs, noise_lib.TF_OPS))
 
     state_type = init_tf.type_signature.result
 
@@ -147,64 +150,67 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       clipped = []
       for t in flat:
         div = tf.cast(tf.where(clipping, peak, 1.0), t.dtype)
-        mul = tf.cast(tf.where(clipping, clip / tf.maximum(relative, 1e-300),
-                               1.0), t.dtype)
+        mul = tf.cast(tf.where(clipping, clip / tf.maximum(relative, 1e-300), 1.0), t.dtype)
         clipped.append(tf.where(finite, (t / div) * mul, tf.zeros_like(t)))
       was_clipped = tf.cast(clipping, tf.int32)
       was_zeroed = tf.cast(tf.logical_not(finite), tf.int32)
-      return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped,
-              was_zeroed)
+      return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
 
     sum_type = clip_tf.type_signature.result[0]
 
     @tff.tensorflow.computation(state_type, sum_type)
     def noise_tf(state, total):
       flat = _flatten(total)
-      round_index = state['round']
+      noise_state = state['noise']
+      round_index = noise_state[0]  # Every stream state starts with its round t.
       # Past a banded strategy's horizon: fail loudly, before any table lookup.
       with tf.control_dependencies(noise_lib.horizon_checks(stream, round_index)):
         round_index = tf.identity(round_index)
-        row_norm = stream.row_norm(state['noise'], round_index)
-        noises, new_noise_state = stream.generate(state['noise'], round_index,
-                                                  state['seed'], specs)
-      mean = [(t + tf.cast(scale, t.dtype) * z) / tf.cast(cpr, t.dtype)
-              for t, z in zip(flat, noises)]
-      new_state = collections.OrderedDict(
-          seed=state['seed'], round=round_index + 1, noise=new_noise_state)
+        row_norm = stream.row_norm(noise_state, noise_lib.TF_OPS)
+        noises, new_noise_state = stream.step(
+          noise_state, noise_lib.round_draws(state['seed'], round_index, specs), noise_lib.TF_OPS
+        )
+      mean = [
+        (t + tf.cast(scale, t.dtype) * z) / tf.cast(cpr, t.dtype) for t, z in zip(flat, noises)
+      ]
+      new_state = collections.OrderedDict(seed=state['seed'], noise=new_noise_state)
       stddev = tf.cast(scale * row_norm / cpr, tf.float32)
-      return (new_state, tf.nest.pack_sequence_as(specs_struct, mean),
-              round_index, stddev)
+      return (new_state, tf.nest.pack_sequence_as(specs_struct, mean), round_index, stddev)
 
     @tff.federated_computation
     def init_fn():
       return tff.federated_eval(init_tf, tff.SERVER)
 
-    @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
-                               tff.FederatedType(value_type, tff.CLIENTS))
+    @tff.federated_computation(
+      tff.FederatedType(state_type, tff.SERVER), tff.FederatedType(value_type, tff.CLIENTS)
+    )
     def next_fn(state, value):
       clipped, was_clipped, was_zeroed = tff.federated_map(clip_tf, value)
       total = tff.federated_sum(clipped)
-      new_state, mean, round_index, stddev = tff.federated_map(
-          noise_tf, (state, total))
-      measurements = tff.federated_zip(collections.OrderedDict(
+      new_state, mean, round_index, stddev = tff.federated_map(noise_tf, (state, total))
+      measurements = tff.federated_zip(
+        collections.OrderedDict(
           round=round_index,
           clipped_count=tff.federated_sum(was_clipped),
           zeroed_count=tff.federated_sum(was_zeroed),
-          noise_stddev=stddev))
+          noise_stddev=stddev,
+        )
+      )
       return tff.templates.MeasuredProcessOutput(
-          state=new_state, result=mean, measurements=measurements)
+        state=new_state, result=mean, measurements=measurements
+      )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def build_dp_aggregator(
-    strategy: Any,
-    *,
-    noise_multiplier: float,
-    clip_norm: float,
-    clients_per_round: Union[int, float],
-    noise_seed: Optional[int] = None,
-    num_rounds: Optional[int] = None,
+  strategy: Any,
+  *,
+  noise_multiplier: float,
+  clip_norm: float,
+  clients_per_round: Union[int, float],
+  noise_seed: Optional[int] = None,
+  num_rounds: Optional[int] = None,
 ) -> tff.aggregators.UnweightedAggregationFactory:
   """The DP-mean aggregator factory for a correlated-noise strategy.
 
@@ -230,5 +236,9 @@ def build_dp_aggregator(
   """
   stream = noise_lib.make_noise_stream(strategy, num_rounds=num_rounds)
   return CorrelatedNoiseFactory(
-      stream, noise_multiplier=noise_multiplier, clip_norm=clip_norm,
-      clients_per_round=clients_per_round, noise_seed=noise_seed)
+    stream,
+    noise_multiplier=noise_multiplier,
+    clip_norm=clip_norm,
+    clients_per_round=clients_per_round,
+    noise_seed=noise_seed,
+  )

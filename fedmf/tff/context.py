@@ -46,26 +46,29 @@ from typing import Optional
 import grpc
 import portpicker
 import tensorflow_federated as tff
+
 # TFF-internal modules: the same ones `create_sync_local_cpp_execution_context`
 # uses (TFF is pinned to 0.87.0 in pyproject.toml).
 from tensorflow_federated.python.core.backends.native import compiler as _native_compiler
-from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation as _tf_computation
+from tensorflow_federated.python.core.environments.tensorflow_frontend import (
+  tensorflow_computation as _tf_computation,
+)
 from tensorflow_federated.python.core.impl.types import placements as _placements
 
 __all__ = [
-    'LocalExecutionContext',
-    'create_local_execution_context',
-    'local_execution_context',
-    'ensure_context',
-    'close_all',
-    'worker_binary_path',
+  'LocalExecutionContext',
+  'create_local_execution_context',
+  'local_execution_context',
+  'ensure_context',
+  'close_all',
+  'worker_binary_path',
 ]
 
 _GRPC_MAX_MESSAGE_LENGTH_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_CHANNEL_OPTIONS = [
-    ('grpc.max_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
-    ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
-    ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
+  ('grpc.max_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
+  ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
+  ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_LENGTH_BYTES),
 ]
 _READY_POLL_SEC = 0.05
 _READY_TIMEOUT_SEC = 120.0
@@ -74,8 +77,7 @@ _PR_SET_PDEATHSIG = 1
 
 def worker_binary_path() -> str:
   """Path of TFF's C++ `worker_binary` shipped inside the wheel."""
-  return os.path.normpath(
-      os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary'))
+  return os.path.normpath(os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary'))
 
 
 def _set_pdeathsig() -> None:  # Runs in the child between fork and exec.
@@ -89,8 +91,7 @@ def _set_pdeathsig() -> None:  # Runs in the child between fork and exec.
 class _WorkerService:
   """Starts, restarts and stops one `worker_binary` gRPC service."""
 
-  def __init__(self, max_concurrent_computation_calls: int,
-               log_path: Optional[str]):
+  def __init__(self, max_concurrent_computation_calls: int, log_path: Optional[str]):
     self._max_calls = max_concurrent_computation_calls
     self._log_path = log_path
     self._lock = threading.RLock()
@@ -114,21 +115,22 @@ class _WorkerService:
       out = subprocess.DEVNULL
     try:
       self._process = subprocess.Popen(  # pylint: disable=consider-using-with
-          [binary, f'--port={port}',
-           f'--max_concurrent_computation_calls={self._max_calls}'],
-          stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True,
-          preexec_fn=_set_pdeathsig if sys.platform.startswith('linux') else None)
+        [binary, f'--port={port}', f'--max_concurrent_computation_calls={self._max_calls}'],
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=out,
+        close_fds=True,
+        preexec_fn=_set_pdeathsig if sys.platform.startswith('linux') else None,
+      )
     finally:
       if out is not subprocess.DEVNULL:
         out.close()
-    self._channel = grpc.insecure_channel(f'localhost:{port}',
-                                          _GRPC_CHANNEL_OPTIONS)
+    self._channel = grpc.insecure_channel(f'localhost:{port}', _GRPC_CHANNEL_OPTIONS)
     self._stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
     deadline = time.monotonic() + _READY_TIMEOUT_SEC
     while not self._stub.is_ready:
       if self._process.poll() is not None:
-        raise RuntimeError(
-            f'TFF worker_binary exited with code {self._process.returncode}.')
+        raise RuntimeError(f'TFF worker_binary exited with code {self._process.returncode}.')
       if time.monotonic() > deadline:
         self._stop_process()
         raise RuntimeError('TFF worker_binary did not become ready in time.')
@@ -172,9 +174,13 @@ class _WorkerService:
 class LocalExecutionContext(tff.framework.SyncExecutionContext):
   """A synchronous local C++ context whose `worker_binary` we own and close."""
 
-  def __init__(self, *, default_num_clients: int = 0,
-               max_concurrent_computation_calls: int = -1,
-               log_path: Optional[str] = None):
+  def __init__(
+    self,
+    *,
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    log_path: Optional[str] = None,
+  ):
     self._service = _WorkerService(max_concurrent_computation_calls, log_path)
     service = self._service
 
@@ -185,13 +191,13 @@ class LocalExecutionContext(tff.framework.SyncExecutionContext):
       ex.set_cardinalities(cardinalities)
       return ex
 
-    factory = tff.framework.ResourceManagingExecutorFactory(
-        executor_stack_fn=stack_fn)
+    factory = tff.framework.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn)
     super().__init__(
-        executor_fn=factory,
-        compiler_fn=_native_compiler.desugar_and_transform_to_native,
-        transform_args=_tf_computation.transform_args,
-        transform_result=_tf_computation.transform_result)
+      executor_fn=factory,
+      compiler_fn=_native_compiler.desugar_and_transform_to_native,
+      transform_args=_tf_computation.transform_args,
+      transform_result=_tf_computation.transform_result,
+    )
     # Start now, from the calling (usually main) thread: PR_SET_PDEATHSIG is
     # tied to the thread that forks, and the main thread lives longest.
     self._service.get_stub()

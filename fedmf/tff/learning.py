@@ -20,17 +20,17 @@ __all__ = ['build_dp_fed_avg']
 
 
 def build_dp_fed_avg(
-    model_fn: Callable[[], Any],
-    strategy: Any,
-    *,
-    noise_multiplier: float,
-    clip_norm: float,
-    clients_per_round: int,
-    client_optimizer_fn: Any,
-    server_optimizer_fn: Any,
-    noise_seed: Optional[int] = None,
-    num_rounds: Optional[int] = None,
-    weighted: bool = False,
+  model_fn: Callable[[], Any],
+  strategy: Any,
+  *,
+  noise_multiplier: float,
+  clip_norm: float,
+  clients_per_round: int,
+  client_optimizer_fn: Any,
+  server_optimizer_fn: Any,
+  noise_seed: Optional[int] = None,
+  num_rounds: Optional[int] = None,
+  weighted: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg whose model update mean is the fedmf DP mean for `strategy`.
 
@@ -51,14 +51,23 @@ def build_dp_fed_avg(
     A `tff.learning.templates.LearningProcess`.
   """
   aggregator = build_dp_aggregator(
-      strategy, noise_multiplier=noise_multiplier, clip_norm=clip_norm,
-      clients_per_round=clients_per_round, noise_seed=noise_seed,
-      num_rounds=num_rounds)
+    strategy,
+    noise_multiplier=noise_multiplier,
+    clip_norm=clip_norm,
+    clients_per_round=clients_per_round,
+    noise_seed=noise_seed,
+    num_rounds=num_rounds,
+  )
   if weighted:
     return tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn=client_optimizer_fn,
-        server_optimizer_fn=server_optimizer_fn,
-        model_aggregator=tff.aggregators.as_weighted_aggregator(aggregator))
+      model_fn,
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      model_aggregator=tff.aggregators.as_weighted_aggregator(aggregator),
+    )
   return tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, model_aggregator=aggregator)
+    model_fn,
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    model_aggregator=aggregator,
+  )

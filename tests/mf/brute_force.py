@@ -13,8 +13,8 @@ import numpy as np
 
 
 def brute_force_patterns(
-    n: int, min_sep: int,
-    max_participations: Optional[int] = None) -> Iterator[Tuple[int, ...]]:
+  n: int, min_sep: int, max_participations: Optional[int] = None
+) -> Iterator[Tuple[int, ...]]:
   """Yields every non-empty π ⊆ [n] with pairwise gaps ≥ b and |π| ≤ k."""
   k = n if max_participations is None else max_participations
 
@@ -28,10 +28,9 @@ def brute_force_patterns(
   yield from extend((), 0)
 
 
-def feasible_vectors(n: int,
-                     min_sep: int,
-                     max_participations: Optional[int] = None,
-                     signs: bool = True) -> np.ndarray:
+def feasible_vectors(
+  n: int, min_sep: int, max_participations: Optional[int] = None, signs: bool = True
+) -> np.ndarray:
   """Returns all u ∈ {-1,0,1}^n (or {0,1}^n) whose support is a valid π.
 
   Rows are the vectors; the all-zero vector is included (it changes no max).
@@ -40,12 +39,13 @@ def feasible_vectors(n: int,
 
 
 @functools.lru_cache(maxsize=64)
-def _feasible_vectors(n: int, min_sep: int, max_participations: Optional[int],
-                      signs: bool) -> np.ndarray:
+def _feasible_vectors(
+  n: int, min_sep: int, max_participations: Optional[int], signs: bool
+) -> np.ndarray:
   k = n if max_participations is None else max_participations
   base = 3 if signs else 2
   # Row r holds the base-3 (or base-2) digits of r, shifted to {-1, 0, 1}.
-  digits = (np.arange(base**n)[:, None] // base**np.arange(n)) % base
+  digits = (np.arange(base**n)[:, None] // base ** np.arange(n)) % base
   u = (digits - 1 if signs else digits).astype(np.float64)
   nz = u != 0
   keep = nz.sum(axis=1) <= k
@@ -54,10 +54,9 @@ def _feasible_vectors(n: int, min_sep: int, max_participations: Optional[int],
   return u[keep]
 
 
-def brute_force_sensitivity(C: np.ndarray,
-                            min_sep: int,
-                            max_participations: Optional[int] = None,
-                            signs: bool = True) -> float:
+def brute_force_sensitivity(
+  C: np.ndarray, min_sep: int, max_participations: Optional[int] = None, signs: bool = True
+) -> float:
   """Returns max ‖C u‖ over valid patterns and, if `signs`, all sign choices.
 
   With signs this is the exact sensitivity for scalar contributions (d = 1)
@@ -66,4 +65,4 @@ def brute_force_sensitivity(C: np.ndarray,
   """
   C = np.asarray(C, dtype=np.float64)
   u = _feasible_vectors(C.shape[1], min_sep, max_participations, signs)
-  return float(np.sqrt(np.max(np.sum((u @ C.T)**2, axis=1))))
+  return float(np.sqrt(np.max(np.sum((u @ C.T) ** 2, axis=1))))

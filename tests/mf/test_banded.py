@@ -10,6 +10,9 @@ import scipy.optimize
 
 from fedmf.mf import banded
 from fedmf.mf import banded_optimize
+from fedmf.mf import streaming
+from fedmf.mf import toeplitz
+from fedmf.mf.strategy import StrategyError
 from fedmf.mf import workloads
 
 
@@ -71,34 +74,42 @@ def test_sensitivity_sq():
 
 @pytest.mark.parametrize('trailing', [(), (3,), (2, 2)])
 @pytest.mark.parametrize('bands', [1, 3, 7])
-def test_streams_match_dense(trailing, bands):
+def test_stream_matches_dense(trailing, bands):
   n = 11
   theta = _random_theta(n, bands, seed=bands)
   c = banded.banded_matrix(theta)
   rng = np.random.default_rng(1)
   z = rng.standard_normal((n,) + trailing)
-  flat = z.reshape(n, -1)
-  want_inv = np.linalg.solve(c, flat).reshape(z.shape)
-  want_mul = (c @ flat).reshape(z.shape)
-  inv = banded.BandedInverseStream(theta, trailing)
-  mul = banded.BandedMultiplyStream(theta, trailing)
-  got_inv = np.array([inv.next(z[i]) for i in range(n)])
-  got_mul = np.array([mul.next(z[i]) for i in range(n)])
-  np.testing.assert_allclose(got_inv, want_inv, rtol=1e-10, atol=1e-12)
-  np.testing.assert_allclose(got_mul, want_mul, rtol=1e-10, atol=1e-12)
-  with pytest.raises(RuntimeError, match='n=11'):
-    inv.next(z[0])
-  with pytest.raises(RuntimeError, match='n=11'):
-    mul.next(z[0])
+  want_inv = np.linalg.solve(c, z.reshape(n, -1)).reshape(z.shape)
+  stream = banded.banded_stream(theta)
+  np.testing.assert_allclose(streaming.inverse_noise(stream, z), want_inv, rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(
+    streaming.row_norms(stream, n), np.linalg.norm(np.linalg.inv(c), axis=1), rtol=1e-12
+  )
+  with pytest.raises(StrategyError, match='n=11'):
+    streaming.inverse_noise(stream, np.zeros((n + 1,) + trailing))
 
 
-def test_inverse_stream_rejects_wrong_shape_and_zero_diagonal():
+def test_toeplitz_stream_has_no_horizon_and_tracks_row_norms():
+  coefs = [1.0, -0.4, 0.3, 0.1]
+  n = 30
+  c = toeplitz.lt_toeplitz(coefs, n)
+  z = np.random.default_rng(2).standard_normal((n, 2))
+  stream = banded.toeplitz_stream(coefs)
+  assert stream.horizon is None
+  np.testing.assert_allclose(streaming.inverse_noise(stream, z), np.linalg.solve(c, z), atol=1e-10)
+  np.testing.assert_allclose(
+    streaming.row_norms(stream, n), np.linalg.norm(np.linalg.inv(c), axis=1), rtol=1e-10
+  )
+
+
+def test_stream_rejects_a_zero_diagonal():
   theta = _random_theta(5, 2)
-  with pytest.raises(ValueError, match='shape'):
-    banded.BandedInverseStream(theta, (3,)).next(np.zeros(4))
   theta[0, 2] = 0.0
   with pytest.raises(ValueError, match='diagonal'):
-    banded.BandedInverseStream(theta, ())
+    banded.banded_stream(theta)
+  with pytest.raises(ValueError, match='diagonal'):
+    banded.toeplitz_stream([0.0, 1.0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,8 +123,9 @@ def test_decoder_row_sq_norms_match_dense(n, bands, name):
   a = workloads.by_name(name, n)
   b = a @ np.linalg.inv(banded.banded_matrix(theta))
   workload = None if name == 'prefix' else a
-  np.testing.assert_allclose(banded.decoder_row_sq_norms(theta, workload), np.sum(b * b, axis=1),
-                             rtol=1e-9)
+  np.testing.assert_allclose(
+    banded.decoder_row_sq_norms(theta, workload), np.sum(b * b, axis=1), rtol=1e-9
+  )
   np.testing.assert_allclose(banded.loss_sq(theta, workload), np.sum(b * b), rtol=1e-9)
 
 
@@ -133,8 +145,10 @@ def test_theta_gradient_matches_finite_differences(name):
   for r, j in [(0, 0), (1, 3), (3, 2), (2, 7), (0, 9), (1, 8)]:
     e = np.zeros_like(theta)
     e[r, j] = eps
-    fd = (banded.loss_sq(banded.normalize_columns(theta + e, n), a) -
-          banded.loss_sq(banded.normalize_columns(theta - e, n), a)) / (2 * eps)
+    fd = (
+      banded.loss_sq(banded.normalize_columns(theta + e, n), a)
+      - banded.loss_sq(banded.normalize_columns(theta - e, n), a)
+    ) / (2 * eps)
     assert grad[r, j] == pytest.approx(fd, rel=1e-5, abs=1e-6)
   assert np.all(grad[3, 7:] == 0)  # out of range
 
@@ -150,19 +164,24 @@ def test_row_weighted_and_pnorm_gradients_match_finite_differences():
 
   def pnorm(t):
     r = banded.decoder_row_sq_norms(banded.normalize_columns(t, n))
-    return float(np.sum(r ** 16) ** (1 / 16))
+    return float(np.sum(r**16) ** (1 / 16))
 
   value, grad = banded.loss_sq_and_grad(theta, row_weights=w)
   assert value == pytest.approx(weighted(theta))
   p_value, p_grad, _ = banded.loss_and_grad_with_row_weights(
-      theta, None, lambda r: banded_optimize._pnorm_weights(r, 16))  # pylint: disable=protected-access
+    theta, None, lambda r: banded_optimize._pnorm_weights(r, 16)
+  )  # pylint: disable=protected-access
   assert p_value == pytest.approx(pnorm(theta))
   eps = 1e-6
   for r, j in [(0, 0), (1, 4), (2, 6), (0, 8)]:
     e = np.zeros_like(theta)
     e[r, j] = eps
-    assert grad[r, j] == pytest.approx((weighted(theta + e) - weighted(theta - e)) / (2 * eps), rel=1e-5)
-    assert p_grad[r, j] == pytest.approx((pnorm(theta + e) - pnorm(theta - e)) / (2 * eps), rel=1e-5)
+    assert grad[r, j] == pytest.approx(
+      (weighted(theta + e) - weighted(theta - e)) / (2 * eps), rel=1e-5
+    )
+    assert p_grad[r, j] == pytest.approx(
+      (pnorm(theta + e) - pnorm(theta - e)) / (2 * eps), rel=1e-5
+    )
 
 
 def test_x_route_gradient_matches_finite_differences():
@@ -177,19 +196,26 @@ def test_x_route_gradient_matches_finite_differences():
   for r, j in [(1, 0), (1, 5), (2, 3), (2, 7)]:
     e = np.zeros_like(x_low)
     e[r, j] = eps
-    fd = (banded_optimize._x_value_and_grad(x_low + e, a)[0] -  # pylint: disable=protected-access
-          banded_optimize._x_value_and_grad(x_low - e, a)[0]) / (2 * eps)  # pylint: disable=protected-access
+    fd = (
+      banded_optimize._x_value_and_grad(x_low + e, a)[0]  # pylint: disable=protected-access
+      - banded_optimize._x_value_and_grad(x_low - e, a)[0]
+    ) / (2 * eps)  # pylint: disable=protected-access
     assert grad[r, j] == pytest.approx(fd, rel=1e-5)
 
 
 def test_reverse_cholesky_roundtrip():
   theta = _random_theta(12, 4, seed=7)
   theta = theta * np.sign(theta[0])  # positive diagonal: the reverse Cholesky factor is unique
-  np.testing.assert_allclose(banded.reverse_cholesky_banded(banded.gram_band(theta)), theta, atol=1e-12)
+  np.testing.assert_allclose(
+    banded.reverse_cholesky_banded(banded.gram_band(theta)), theta, atol=1e-12
+  )
   c = banded.banded_matrix(theta)
   x_low = banded.gram_band(theta)
-  np.testing.assert_allclose(banded.banded_matrix(x_low) + banded.banded_matrix(x_low).T -
-                             np.diag(x_low[0]), c.T @ c, atol=1e-12)
+  np.testing.assert_allclose(
+    banded.banded_matrix(x_low) + banded.banded_matrix(x_low).T - np.diag(x_low[0]),
+    c.T @ c,
+    atol=1e-12,
+  )
 
 
 def test_reverse_cholesky_rejects_indefinite():
@@ -201,10 +227,10 @@ def test_reverse_cholesky_rejects_indefinite():
 # ---------------------------------------------------------------------------------------------
 # Optimization.
 
-# 002 App. B, Example B.1: optimal 3-banded column-normalized C for n = 9, prefix workload.
-_B1_DIAG = [.740, .822, .876, .821, .855, .882, .892, .936, 1.000]
-_B1_SUB1 = [.500, .492, .395, .462, .442, .403, .409, .353]
-_B1_SUB2 = [.450, .286, .278, .335, .272, .243, .194]
+# Scaling BandMF App. B, Example B.1: optimal 3-banded column-normalized C for n = 9, prefix workload.
+_B1_DIAG = [0.740, 0.822, 0.876, 0.821, 0.855, 0.882, 0.892, 0.936, 1.000]
+_B1_SUB1 = [0.500, 0.492, 0.395, 0.462, 0.442, 0.403, 0.409, 0.353]
+_B1_SUB2 = [0.450, 0.286, 0.278, 0.335, 0.272, 0.243, 0.194]
 
 
 @pytest.mark.parametrize('method', ['x', 'theta'])
@@ -220,8 +246,9 @@ def test_example_b1_optimal_three_banded(method):
 
 def test_optimize_reports_sensitivity_and_progress():
   seen = []
-  theta, info = banded_optimize.optimize_bandmf(20, 4, min_sep=5, max_participations=3, max_iter=15,
-                                                progress=seen.append)
+  theta, info = banded_optimize.optimize_bandmf(
+    20, 4, min_sep=5, max_participations=3, max_iter=15, progress=seen.append
+  )
   assert theta.shape == (4, 20)
   assert info['sens_sq'] == 3
   assert info['expected_total_sq_error'] == pytest.approx(3 * info['loss_sq'])
@@ -240,8 +267,9 @@ def test_optimize_momentum_workload_beats_warm_start():
 
 def test_max_objective_lowers_max_error():
   seen = []
-  _, info_max = banded_optimize.optimize_bandmf(24, 4, objective='max', max_iter=200,
-                                                progress=seen.append)
+  _, info_max = banded_optimize.optimize_bandmf(
+    24, 4, objective='max', max_iter=200, progress=seen.append
+  )
   _, info_rms = banded_optimize.optimize_bandmf(24, 4, max_iter=200)
   assert info_max['objective'] == 'max'
   assert info_max['max_row_sq'] < 0.95 * info_rms['max_row_sq']
@@ -276,17 +304,23 @@ def test_choose_bands():
 
 
 def _toeplitz_over_general_rmse_ratio(n, bands):
-  """RMSE(column-normalized banded Toeplitz) / RMSE(general banded) (002 §3; both column-normalized).
+  """RMSE(column-normalized banded Toeplitz) / RMSE(general banded) (Scaling BandMF §3; both column-normalized).
 
   The Toeplitz coefficients are optimized locally: the loss of the column-normalized LtToep(θ),
   with gradient Σ_j ∂/∂Θ[r, j] of the general column-normalized gradient (all columns share θ).
   """
+
   def fun(coefs):
     value, grad = banded.loss_sq_and_grad(np.tile(coefs[:, None], (1, n)))
     return value, grad.sum(axis=1)
 
-  res = scipy.optimize.minimize(fun, banded_optimize.sqrt_toeplitz_coefs(bands), jac=True,
-                                method='L-BFGS-B', options=dict(maxiter=500, ftol=1e-13, gtol=1e-10))
+  res = scipy.optimize.minimize(
+    fun,
+    banded_optimize.sqrt_toeplitz_coefs(bands),
+    jac=True,
+    method='L-BFGS-B',
+    options=dict(maxiter=500, ftol=1e-13, gtol=1e-10),
+  )
   toeplitz = banded.loss_sq(banded.normalize_columns(np.tile(res.x[:, None], (1, n)), n))
   _, info = banded_optimize.optimize_bandmf(n, bands, max_iter=1000, rtol=1e-10)
   return float(np.sqrt(toeplitz / info['loss_sq']))
@@ -303,17 +337,20 @@ def test_toeplitz_vs_general_banded_ratio_n1024():
 
 @pytest.mark.slow
 def test_stackoverflow_scale_n2052_bands342():
-  """000/002 StackOverflow setting: tr(AᵀA X⁻¹) ≈ 2.53e4 for n = 2052, b̂ = 342."""
+  """BandMF/Scaling BandMF StackOverflow setting: tr(AᵀA X⁻¹) ≈ 2.53e4 for n = 2052, b̂ = 342."""
   tracemalloc.start()
   start = time.perf_counter()
-  theta, info = banded_optimize.optimize_bandmf(2052, 342, min_sep=342, max_participations=6,
-                                                max_iter=100)
+  theta, info = banded_optimize.optimize_bandmf(
+    2052, 342, min_sep=342, max_participations=6, max_iter=100
+  )
   seconds = time.perf_counter() - start
   _, peak = tracemalloc.get_traced_memory()
   tracemalloc.stop()
-  print(f"n=2052 bands=342: loss_sq={info['loss_sq']:.1f} iterations={info['iterations']} "
-        f'{seconds:.1f}s peak_traced={peak / 2**20:.0f}MiB '
-        f'maxrss={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}MiB')
+  print(
+    f"n=2052 bands=342: loss_sq={info['loss_sq']:.1f} iterations={info['iterations']} "
+    f'{seconds:.1f}s peak_traced={peak / 2**20:.0f}MiB '
+    f'maxrss={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}MiB'
+  )
   assert info['loss_sq'] == pytest.approx(2.53e4, rel=0.01)
   assert banded.loss_sq(theta) == pytest.approx(info['loss_sq'], rel=1e-8)
   assert info['sens_sq'] == 6

@@ -1,6 +1,6 @@
 """Tests for fedmf.mf.sensitivity: reference values and brute-force properties.
 
-Reference values come from /work/shared/reference/values.md and are
+Reference values come from jax_privacy's test suite and the papers and are
 recomputed here with fedmf's own code; brute force lives in brute_force.py.
 """
 
@@ -14,10 +14,8 @@ from tests.mf.brute_force import brute_force_patterns
 from tests.mf.brute_force import brute_force_sensitivity
 from tests.mf.brute_force import feasible_vectors
 
-_C4 = np.array([[1, 0, 0, 0], [2, 1, 0, 0], [0, 1, 1, 0], [0, 0, 3, -6]],
-               dtype=np.float64)
-_C4_BANDED = np.array([[1, 0, 0, 0], [2, 1, 0, 0], [0, 1, 1, 0],
-                       [0, 0, 1, -6]], dtype=np.float64)
+_C4 = np.array([[1, 0, 0, 0], [2, 1, 0, 0], [0, 1, 1, 0], [0, 0, 3, -6]], dtype=np.float64)
+_C4_BANDED = np.array([[1, 0, 0, 0], [2, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, -6]], dtype=np.float64)
 
 
 def _lt_toeplitz(c, n):
@@ -27,16 +25,15 @@ def _lt_toeplitz(c, n):
 
 
 def _blt_coefs(buf_decay, output_scale, n):
-  # 001 §2: c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1}.
+  # BLT §2: c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1}.
   theta = np.asarray(buf_decay)
   omega = np.asarray(output_scale)
   i = np.arange(1, n)
-  return np.concatenate([[1.0], (omega[None, :] * theta[None, :]**(
-      i[:, None] - 1)).sum(axis=1)])
+  return np.concatenate([[1.0], (omega[None, :] * theta[None, :] ** (i[:, None] - 1)).sum(axis=1)])
 
 
 def _naive_vec_sens(v, b, k):
-  """The 000 App. VecSens recurrence, written literally."""
+  """The BandMF App. VecSens recurrence, written literally."""
   n = len(v)
   k = n if k is None else k
   f = np.zeros((n + b + 1, k + 1))
@@ -47,23 +44,25 @@ def _naive_vec_sens(v, b, k):
 
 
 # ----------------------------------------------------------------------------
-# Reference values (values.md, jax_privacy test suite).
+# Reference values (jax_privacy test suite).
 
 
-@pytest.mark.parametrize('v, b, k, expected', [
-    ([1, .5, .5, .5, .1], 1, None, 2.6),
+@pytest.mark.parametrize(
+  'v, b, k, expected',
+  [
+    ([1, 0.5, 0.5, 0.5, 0.1], 1, None, 2.6),
     ([1, 1, 0, 1, 0, 1], 1, None, 4.0),
     ([1, 1, 1, 1], 2, 2, 2.0),
     ([0, 1, 0], 2, 2, 1.0),
     ([-1, -2, -0.5], 1, None, 0.0),
     ([-1, -2, -0.5, -3], 2, 2, 0.0),
-])
+  ],
+)
 def test_vec_sens_reference_values(v, b, k, expected):
   assert sens.vec_sens(v, b, k) == pytest.approx(expected, abs=1e-12)
 
 
-@pytest.mark.parametrize('b, expected', [(1, 5), (2, 3), (3, 2), (4, 2),
-                                         (5, 1), (6, 1)])
+@pytest.mark.parametrize('b, expected', [(1, 5), (2, 3), (3, 2), (4, 2), (5, 1), (6, 1)])
 def test_effective_max_participations(b, expected):
   assert sens.effective_max_participations(5, b) == expected
   assert sens.effective_max_participations(5, b, 100) == expected
@@ -98,13 +97,11 @@ def test_banded_two_band_reference_values(b):
   assert sens.matrix_bandwidth(_C4_BANDED) == 2
   s = sens.banded_sensitivity_exact(_C4_BANDED, b)
   assert s.value == pytest.approx(math.sqrt(41), rel=1e-14)
-  assert s.value == pytest.approx(brute_force_sensitivity(_C4_BANDED, b),
-                                  rel=1e-12)
+  assert s.value == pytest.approx(brute_force_sensitivity(_C4_BANDED, b), rel=1e-12)
 
 
 def test_banded_two_band_single_participation():
-  assert sens.banded_sensitivity_exact(_C4_BANDED, 2, 1).value == (
-      pytest.approx(6.0))
+  assert sens.banded_sensitivity_exact(_C4_BANDED, 2, 1).value == (pytest.approx(6.0))
 
 
 def test_banded_refuses_when_min_sep_below_bands():
@@ -124,15 +121,19 @@ def test_fixed_epoch_identity(epochs):
   assert s.value == pytest.approx(math.sqrt(epochs), rel=1e-14)
   assert (s.method, s.algorithm) == ('exact', 'fixed-epoch-brute')
   assert sens.fixed_epoch_sensitivity(np.eye(16), 16 // epochs).value == (
-      pytest.approx(math.sqrt(epochs)))
+    pytest.approx(math.sqrt(epochs))
+  )
 
 
-@pytest.mark.parametrize('b, k, expected_sq', [
+@pytest.mark.parametrize(
+  'b, k, expected_sq',
+  [
     (1, 12, 67.76863612),
     (3, 4, 9.701490024),
     (4, 2, 3.778520088),
     (5, 3, 5.539304402),
-])
+  ],
+)
 def test_blt_toeplitz_reference_values(b, k, expected_sq):
   n = 12
   coefs = _blt_coefs([0.9, 0.5], [0.2, 0.3], n)
@@ -140,14 +141,13 @@ def test_blt_toeplitz_reference_values(b, k, expected_sq):
   assert s.value**2 == pytest.approx(expected_sq, rel=1e-9)
   assert (s.method, s.algorithm) == ('exact', 'toeplitz-thm3.1')
   c = _lt_toeplitz(coefs, n)
-  assert brute_force_sensitivity(c, b, k, signs=False)**2 == pytest.approx(
-      expected_sq, rel=1e-9)
+  assert brute_force_sensitivity(c, b, k, signs=False) ** 2 == pytest.approx(expected_sq, rel=1e-9)
   assert sens.toeplitz_lower_bound(c, b, k).value == pytest.approx(s.value)
   assert sens.gram_upper_bound(c, b, k).value >= s.value * (1 - 1e-12)
 
 
 def test_blt_with_negative_output_scale_is_refused():
-  # mechanisms.md: Σω ≤ 1 alone is not enough; here c_1 < c_2.
+  # docs/mechanisms.md: Σω ≤ 1 alone is not enough; here c_1 < c_2.
   coefs = _blt_coefs([0.9, 0.5], [0.5, -0.2], 8)
   assert coefs[1] < coefs[2]
   with pytest.raises(sens.AssumptionError, match='non-increasing'):
@@ -161,8 +161,8 @@ def test_toeplitz_refuses_negative_coefficients():
 
 def test_sign_example():
   c = np.array([[1.0, 0.0], [-1.0, 1.0]])
-  assert brute_force_sensitivity(c, 1, 2, signs=False)**2 == pytest.approx(2)
-  assert brute_force_sensitivity(c, 1, 2)**2 == pytest.approx(5)
+  assert brute_force_sensitivity(c, 1, 2, signs=False) ** 2 == pytest.approx(2)
+  assert brute_force_sensitivity(c, 1, 2) ** 2 == pytest.approx(5)
   upper = sens.gram_upper_bound(c, 1, 2)
   assert upper.value >= math.sqrt(5) - 1e-12
   fixed = sens.fixed_epoch_sensitivity(c, 1, 2)
@@ -190,13 +190,13 @@ def test_vec_sens_matches_brute_force(seed):
   assert sens.vec_sens(v, b, k) == pytest.approx(brute, abs=1e-12)
 
 
-@pytest.mark.parametrize('n, b, k', [(60, 2, None), (61, 3, None), (50, 1, 7),
-                                     (70, 4, 5), (40, 2, 19), (33, 40, None)])
+@pytest.mark.parametrize(
+  'n, b, k', [(60, 2, None), (61, 3, None), (50, 1, 7), (70, 4, 5), (40, 2, 19), (33, 40, None)]
+)
 def test_vec_sens_paths_match_literal_recurrence(n, b, k):
   # Exercises the sort (b = 1), sequential (vacuous k) and layered paths.
   v = np.random.default_rng(n * b).normal(size=n)
-  assert sens.vec_sens(v, b, k) == pytest.approx(_naive_vec_sens(v, b, k),
-                                                 abs=1e-12)
+  assert sens.vec_sens(v, b, k) == pytest.approx(_naive_vec_sens(v, b, k), abs=1e-12)
 
 
 @pytest.mark.parametrize('seed', range(10))
@@ -210,8 +210,7 @@ def test_gram_upper_bound_equals_two_stage_definition(seed):
   patterns = [list(p) for p in brute_force_patterns(n, b, k)]
   rows = np.array([max(abs_x[i, p].sum() for p in patterns) for i in range(n)])
   expected = math.sqrt(max(rows[p].sum() for p in patterns))
-  assert sens.gram_upper_bound(c, b, k).value == pytest.approx(expected,
-                                                               rel=1e-12)
+  assert sens.gram_upper_bound(c, b, k).value == pytest.approx(expected, rel=1e-12)
 
 
 # ----------------------------------------------------------------------------
@@ -229,14 +228,14 @@ def _random_case(rng, n_max=9):
 def _random_monotone_coefs(rng, n):
   c = np.sort(rng.uniform(0.0, 1.0, n))[::-1]
   if rng.random() < 0.3:
-    c[int(rng.integers(1, n)):] = 0.0  # Banded Toeplitz.
+    c[int(rng.integers(1, n)) :] = 0.0  # Banded Toeplitz.
   return c
 
 
 def _random_banded(rng, n, bands, normalize):
   c = np.tril(rng.normal(size=(n, n)))
   c[np.arange(n)[:, None] - np.arange(n)[None, :] >= bands] = 0.0
-  c[bands - 1:, :][np.arange(n - bands + 1), np.arange(n - bands + 1)] = 1.5
+  c[bands - 1 :, :][np.arange(n - bands + 1), np.arange(n - bands + 1)] = 1.5
   if normalize:
     c /= np.linalg.norm(c, axis=0)
   return c
@@ -251,8 +250,7 @@ def test_toeplitz_exact_matches_brute_force(seed):
   exact = sens.toeplitz_sensitivity_exact(coefs, n, b, k)
   brute = brute_force_sensitivity(c, b, k)
   assert exact.value == pytest.approx(brute, rel=1e-10)
-  assert sens.toeplitz_lower_bound(c, b, k).value == pytest.approx(brute,
-                                                                   rel=1e-10)
+  assert sens.toeplitz_lower_bound(c, b, k).value == pytest.approx(brute, rel=1e-10)
   assert sens.gram_upper_bound(c, b, k).value >= brute * (1 - 1e-12)
 
 
@@ -310,8 +308,7 @@ def _general_matrix(rng, n, kind):
   if kind == 'lower-signed':
     return np.tril(rng.normal(size=(n, n)))
   if kind == 'signed-toeplitz':
-    return _lt_toeplitz(np.concatenate([[1.0], rng.uniform(-0.6, 0.8, n - 1)]),
-                        n)
+    return _lt_toeplitz(np.concatenate([[1.0], rng.uniform(-0.6, 0.8, n - 1)]), n)
   if kind == 'normalized-toeplitz':
     c = _lt_toeplitz(_random_monotone_coefs(rng, n), n)
     return c / np.linalg.norm(c, axis=0)
@@ -320,9 +317,9 @@ def _general_matrix(rng, n, kind):
   raise ValueError(kind)
 
 
-@pytest.mark.parametrize('kind', ['gaussian', 'lower-signed',
-                                  'signed-toeplitz', 'normalized-toeplitz',
-                                  'tall'])
+@pytest.mark.parametrize(
+  'kind', ['gaussian', 'lower-signed', 'signed-toeplitz', 'normalized-toeplitz', 'tall']
+)
 @pytest.mark.parametrize('seed', range(12))
 def test_bounds_bracket_brute_force(kind, seed):
   rng = np.random.default_rng(4000 + seed)
@@ -337,8 +334,7 @@ def test_bounds_bracket_brute_force(kind, seed):
   assert lower.value <= brute * (1 + 1e-12)
   assert lower.value <= upper.value * (1 + 1e-12)
   if k == 1 or b >= n:
-    assert sens.single_participation_sensitivity(c).value == pytest.approx(
-        brute, rel=1e-12)
+    assert sens.single_participation_sensitivity(c).value == pytest.approx(brute, rel=1e-12)
 
 
 @pytest.mark.parametrize('seed', range(25))
@@ -357,7 +353,7 @@ def test_fixed_epoch_against_brute_force(seed):
     support = np.zeros(n, dtype=bool)
     support[np.arange(offset, n, b)[:k_eff]] = True
     mask = np.all((u != 0) <= support, axis=1)
-    best = max(best, float(np.max(np.sum((u[mask] @ c.T)**2, axis=1))))
+    best = max(best, float(np.max(np.sum((u[mask] @ c.T) ** 2, axis=1))))
   s = sens.fixed_epoch_sensitivity(c, b, k)
   if nonneg:
     assert s.method == 'exact'

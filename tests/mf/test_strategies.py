@@ -14,11 +14,15 @@ def _blt():
 
 def test_round_trip_every_mechanism(tmp_path):
   objs = [
-      {"mechanism": "dpsgd"},
-      {"mechanism": "tree", "variant": "vanilla"},
-      {"mechanism": "band-toeplitz", "coefficients": [1.0, 0.5, 0.25], "column_normalized": True},
-      _blt(),
-      {"mechanism": "bandmf", "n": 4, "bands": 2, "columns": [[2, 1], [1, 1], [3, -1], [5]]},
+    {"mechanism": "dpsgd"},
+    {"mechanism": "tree", "variant": "vanilla"},
+    {"mechanism": "band-toeplitz", "coefficients": [1.0, 0.5, 0.25], "column_normalized": True},
+    _blt(),
+    {"mechanism": "bandmf", "n": 4, "bands": 2, "columns": [[2, 1], [1, 1], [3, -1], [5]]},
+    {
+      "mechanism": "dense",
+      "matrix": [[1, 0, 0, 0], [0.5, 2, 0, 0], [-1, 0, 1, 0], [0, 0, 0.25, 3]],
+    },
   ]
   for obj in objs:
     strategy = st.load_strategy(obj)
@@ -26,14 +30,18 @@ def test_round_trip_every_mechanism(tmp_path):
     path = tmp_path / f"{obj['mechanism']}.json"
     st.save_strategy(strategy, path, optimized_for={"n": 4})
     again = st.load_strategy(str(path))
-    back = st.strategy_to_dict(again)
+    back = again.to_dict()
     assert back["optimized_for"] == {"n": 4}
     back.pop("optimized_for")
-    assert json.loads(json.dumps(back)) == json.loads(json.dumps(obj)) | ({"column_normalized": obj.get("column_normalized")} if "coefficients" in obj else {})
-    np.testing.assert_array_equal(st.strategy_matrix(strategy, 4), st.strategy_matrix(again, 4))
+    assert json.loads(json.dumps(back)) == json.loads(json.dumps(obj)) | (
+      {"column_normalized": obj.get("column_normalized")} if "coefficients" in obj else {}
+    )
+    np.testing.assert_array_equal(strategy.matrix(4), again.matrix(4))
 
 
-@pytest.mark.parametrize("obj, field", [
+@pytest.mark.parametrize(
+  "obj, field",
+  [
     ({"mechanism": "nope"}, "mechanism"),
     ({}, "mechanism"),
     ({"mechanism": "blt", "buf_decay": [1.2], "output_scale": [0.1]}, "buf_decay"),
@@ -46,14 +54,27 @@ def test_round_trip_every_mechanism(tmp_path):
     ({"mechanism": "tree", "variant": "honaker"}, "variant"),
     ({"mechanism": "band-toeplitz", "coefficients": []}, "coefficients"),
     ({"mechanism": "band-toeplitz", "coefficients": [0.0, 1.0]}, "coefficients"),
-    ({"mechanism": "band-toeplitz", "coefficients": [1.0], "column_normalized": "yes"}, "column_normalized"),
+    (
+      {"mechanism": "band-toeplitz", "coefficients": [1.0], "column_normalized": "yes"},
+      "column_normalized",
+    ),
     ({"mechanism": "bandmf", "n": 3, "bands": 2, "columns": [[1, 1], [1, 1]]}, "columns"),
     ({"mechanism": "bandmf", "n": 3, "bands": 2, "columns": [[1, 1], [1], [1]]}, "columns[1]"),
-    ({"mechanism": "bandmf", "n": 3, "bands": 2, "columns": [[1, 1], [1, float("inf")], [1]]}, "columns[1]"),
+    (
+      {"mechanism": "bandmf", "n": 3, "bands": 2, "columns": [[1, 1], [1, float("inf")], [1]]},
+      "columns[1]",
+    ),
     ({"mechanism": "bandmf", "n": 3, "bands": 4, "columns": [[1], [1], [1]]}, "bands"),
     ({"mechanism": "bandmf", "n": 0, "bands": 1, "columns": []}, "'n'"),
     ({"mechanism": "bandmf", "n": 2, "bands": 1, "columns": [[0.0], [1.0]]}, "columns[0]"),
-])
+    ({"mechanism": "dense", "matrix": [[1, 1], [0, 1]]}, "lower triangular"),
+    ({"mechanism": "dense", "matrix": [[1, 0], [1, 0]]}, "diagonal"),
+    ({"mechanism": "dense", "matrix": [[1, 0, 0], [1, 1, 0]]}, "square"),
+    ({"mechanism": "dense", "matrix": [[1, 0], [float("nan"), 1]]}, "non-finite"),
+    ({"mechanism": "dense"}, "matrix"),
+    ({"mechanism": 3}, "mechanism"),
+  ],
+)
 def test_invalid_strategies_name_the_field(obj, field):
   with pytest.raises(st.StrategyError) as e:
     st.load_strategy(obj)
@@ -83,32 +104,36 @@ def test_extra_keys_are_kept():
 def test_bandmf_columns_are_normalized_in_the_leading_block():
   obj = {"mechanism": "bandmf", "n": 4, "bands": 2, "columns": [[3, 4], [1, 1], [2, -2], [7]]}
   strategy = st.load_strategy(obj)
-  c4 = st.strategy_matrix(strategy, 4)
+  c4 = strategy.matrix(4)
   expected = np.array([[3, 0, 0, 0], [4, 1, 0, 0], [0, 1, 2, 0], [0, 0, -2, 7]], float)
   np.testing.assert_allclose(c4, expected / np.linalg.norm(expected, axis=0))
   # The n'=3 block truncates column 2 to its diagonal entry before normalizing.
-  c3 = st.strategy_matrix(strategy, 3)
+  c3 = strategy.matrix(3)
   block = expected[:3, :3]
   np.testing.assert_allclose(c3, block / np.linalg.norm(block, axis=0))
   np.testing.assert_allclose(np.linalg.norm(c3, axis=0), 1.0)
   with pytest.raises(st.StrategyError, match="built for n=4"):
-    st.strategy_matrix(strategy, 5)
+    strategy.matrix(5)
 
 
 def test_band_toeplitz_normalization_flag():
-  raw = st.load_strategy({"mechanism": "band-toeplitz", "coefficients": [2.0, 1.0], "column_normalized": False})
-  norm = st.load_strategy({"mechanism": "band-toeplitz", "coefficients": [2.0, 1.0], "column_normalized": True})
-  c_raw = st.strategy_matrix(raw, 3)
+  raw = st.load_strategy(
+    {"mechanism": "band-toeplitz", "coefficients": [2.0, 1.0], "column_normalized": False}
+  )
+  norm = st.load_strategy(
+    {"mechanism": "band-toeplitz", "coefficients": [2.0, 1.0], "column_normalized": True}
+  )
+  c_raw = raw.matrix(3)
   np.testing.assert_allclose(c_raw, [[2, 0, 0], [1, 2, 0], [0, 1, 2]])
-  c_norm = st.strategy_matrix(norm, 3)
+  c_norm = norm.matrix(3)
   np.testing.assert_allclose(c_norm, c_raw / np.linalg.norm(c_raw, axis=0))
-  assert st.is_toeplitz(raw) and not st.is_toeplitz(norm)
+  assert raw.toeplitz_coefs(3) is not None and norm.toeplitz_coefs(3) is None
 
 
 def test_blt_matrix_matches_definition():
   strategy = st.load_strategy(_blt())
-  c = st.strategy_matrix(strategy, 5)
-  # 001 §2: c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1}.
+  c = strategy.matrix(5)
+  # BLT §2: c_0 = 1, c_i = Σ_j ω_j θ_j^{i-1}.
   coefs = [1.0] + [0.2 * 0.9 ** (i - 1) + 0.3 * 0.5 ** (i - 1) for i in range(1, 5)]
   for i in range(5):
     for j in range(5):

@@ -1,6 +1,5 @@
 """Tests for fedmf.mf.toeplitz: structured losses against dense computations."""
 
-
 import numpy as np
 import pytest
 
@@ -8,8 +7,6 @@ from fedmf.mf import sensitivity
 from fedmf.mf import toeplitz
 from fedmf.mf import workloads
 from tests.mf.brute_force import brute_force_patterns
-
-
 
 
 def _random_coefs(rng, bands):
@@ -28,8 +25,9 @@ def test_inverse_and_decoder_coefs_match_dense():
   n = 23
   c = _random_coefs(rng, 6)
   c_inv_dense = np.linalg.inv(toeplitz.lt_toeplitz(c, n))
-  np.testing.assert_allclose(toeplitz.inverse_coefs(c, n), c_inv_dense[:, 0],
-                             rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(
+    toeplitz.inverse_coefs(c, n), c_inv_dense[:, 0], rtol=1e-10, atol=1e-12
+  )
   decoder = workloads.prefix_sum(n) @ c_inv_dense
   b = toeplitz.prefix_decoder_coefs(c, n)
   np.testing.assert_allclose(toeplitz.lt_toeplitz(b, n), decoder, atol=1e-10)
@@ -42,12 +40,9 @@ def test_errors_match_dense(seed):
   c = _random_coefs(rng, 1 + seed * 4)
   decoder = workloads.prefix_sum(n) @ np.linalg.inv(toeplitz.lt_toeplitz(c, n))
   row_sq = np.sum(decoder**2, axis=1)
-  np.testing.assert_allclose(toeplitz.decoder_row_sq_norms(c, n), row_sq,
-                             rtol=1e-10)
-  assert toeplitz.max_error(c, n) == pytest.approx(np.sqrt(row_sq.max()),
-                                                   rel=1e-10)
-  assert toeplitz.rms_error(c, n) == pytest.approx(
-      np.linalg.norm(decoder) / np.sqrt(n), rel=1e-10)
+  np.testing.assert_allclose(toeplitz.decoder_row_sq_norms(c, n), row_sq, rtol=1e-10)
+  assert toeplitz.max_error(c, n) == pytest.approx(np.sqrt(row_sq.max()), rel=1e-10)
+  assert toeplitz.rms_error(c, n) == pytest.approx(np.linalg.norm(decoder) / np.sqrt(n), rel=1e-10)
 
 
 def test_sqrt_coefs_square_to_prefix_sum():
@@ -74,7 +69,7 @@ def test_banded_sensitivity_matches_brute_force(min_sep, k):
   rng = np.random.default_rng(min_sep)
   n = 11
   c = _random_coefs(rng, 3)
-  col_sq = np.sum(toeplitz.lt_toeplitz(c, n)**2, axis=0)
+  col_sq = np.sum(toeplitz.lt_toeplitz(c, n) ** 2, axis=0)
   brute = max(col_sq[list(p)].sum() for p in brute_force_patterns(n, min_sep, k))
   got = toeplitz.toeplitz_min_sep_sensitivity_sq(c, n, min_sep, k)
   assert got == pytest.approx(brute, rel=1e-12)
@@ -83,12 +78,11 @@ def test_banded_sensitivity_matches_brute_force(min_sep, k):
 @pytest.mark.parametrize('min_sep,k', [(1, 11), (2, 3), (3, 4), (4, 2)])
 def test_monotone_sensitivity_matches_brute_force(min_sep, k):
   # Non-negative, non-increasing coefficients: X >= 0, so 0/1 patterns are
-  # the truth (001 Thm 3.1).
+  # the truth (BLT Thm 3.1).
   n = 11
   c = np.sort(np.random.default_rng(k).uniform(0.0, 1.0, n))[::-1]
   m = toeplitz.lt_toeplitz(c, n)
-  brute = max(np.sum(m[:, list(p)].sum(axis=1)**2)
-              for p in brute_force_patterns(n, min_sep, k))
+  brute = max(np.sum(m[:, list(p)].sum(axis=1) ** 2) for p in brute_force_patterns(n, min_sep, k))
   got = toeplitz.toeplitz_min_sep_sensitivity_sq(c, n, min_sep, k)
   assert got == pytest.approx(brute, rel=1e-12)
 
@@ -100,20 +94,22 @@ def test_band_toeplitz_gradient_matches_finite_differences(objective):
   c = _random_coefs(rng, bands)
   weights = toeplitz._error_weights(n, objective)
   shifts = sensitivity.worst_pattern_offsets(n, 9, 4)
-  loss, sens_sq, err_sq, grad = toeplitz.band_toeplitz_loss_and_grad(
-      c, n, shifts, weights)
-  assert sens_sq == pytest.approx(
-      toeplitz.toeplitz_min_sep_sensitivity_sq(c, n, 9, 4))
-  err = toeplitz.max_error(c, n) if objective == 'max' else toeplitz.rms_error(
-      c, n)
+  loss, sens_sq, err_sq, grad = toeplitz.band_toeplitz_loss_and_grad(c, n, shifts, weights)
+  assert sens_sq == pytest.approx(toeplitz.toeplitz_min_sep_sensitivity_sq(c, n, 9, 4))
+  err = toeplitz.max_error(c, n) if objective == 'max' else toeplitz.rms_error(c, n)
   assert err_sq == pytest.approx(err**2, rel=1e-10)
   assert loss == pytest.approx(sens_sq * err_sq)
   h = 1e-6
-  fd = np.array([
-      (toeplitz.band_toeplitz_loss_and_grad(c + h * e, n, shifts, weights)[0] -
-       toeplitz.band_toeplitz_loss_and_grad(c - h * e, n, shifts, weights)[0])
-      / (2 * h) for e in np.eye(bands)
-  ])
+  fd = np.array(
+    [
+      (
+        toeplitz.band_toeplitz_loss_and_grad(c + h * e, n, shifts, weights)[0]
+        - toeplitz.band_toeplitz_loss_and_grad(c - h * e, n, shifts, weights)[0]
+      )
+      / (2 * h)
+      for e in np.eye(bands)
+    ]
+  )
   np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
 
 
@@ -127,30 +123,34 @@ def test_optimize_band_toeplitz_small(objective):
   assert info['loss'] == pytest.approx(sens * err_fn(coefs, n), rel=1e-10)
   assert info['sens_exact']
   init = toeplitz.sqrt_coefs(bands)
-  init_loss = np.sqrt(toeplitz.toeplitz_min_sep_sensitivity_sq(
-      init, n, min_sep, k)) * err_fn(init, n)
+  init_loss = np.sqrt(toeplitz.toeplitz_min_sep_sensitivity_sq(init, n, min_sep, k)) * err_fn(
+    init, n
+  )
   assert info['loss'] < init_loss
   # Local optimality: random perturbations do not improve.
   rng = np.random.default_rng(0)
   for _ in range(20):
     trial = coefs.copy()
     trial[1:] += rng.normal(0, 1e-3, bands - 1)
-    trial_loss = np.sqrt(toeplitz.toeplitz_min_sep_sensitivity_sq(
-        trial, n, min_sep, k)) * err_fn(trial, n)
+    trial_loss = np.sqrt(toeplitz.toeplitz_min_sep_sensitivity_sq(trial, n, min_sep, k)) * err_fn(
+      trial, n
+    )
     assert trial_loss >= info['loss'] * (1 - 1e-9)
 
 
 def test_optimize_band_toeplitz_stackoverflow_scale_is_fast():
   n, bands, min_sep, k = 2052, 342, 342, 6
   calls = []
-  coefs, info = toeplitz.optimize_band_toeplitz(
-      n, bands, min_sep, k, 'rms', progress=calls.append)
+  coefs, info = toeplitz.optimize_band_toeplitz(n, bands, min_sep, k, 'rms', progress=calls.append)
   assert info['seconds'] < 5.0
   assert calls and calls[-1]['done']
   init = toeplitz.sqrt_coefs(bands)
-  init_loss = np.sqrt(toeplitz.toeplitz_min_sep_sensitivity_sq(
-      init, n, min_sep, k)) * toeplitz.rms_error(init, n)
+  init_loss = np.sqrt(
+    toeplitz.toeplitz_min_sep_sensitivity_sq(init, n, min_sep, k)
+  ) * toeplitz.rms_error(init, n)
   assert info['loss'] < init_loss
   assert info['loss'] == pytest.approx(
-      np.sqrt(toeplitz.toeplitz_min_sep_sensitivity_sq(coefs, n, min_sep, k))
-      * toeplitz.rms_error(coefs, n), rel=1e-10)
+    np.sqrt(toeplitz.toeplitz_min_sep_sensitivity_sq(coefs, n, min_sep, k))
+    * toeplitz.rms_error(coefs, n),
+    rel=1e-10,
+  )

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from fedmf.mf import sensitivity as sens
+from fedmf.mf import streaming
 from fedmf.mf import tree
+from fedmf.mf.strategy import StrategyError
 from tests.mf.brute_force import brute_force_sensitivity
 
 _SIZES = [1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 21]
@@ -15,18 +17,17 @@ def _prefix(n):
 
 
 def _recursive_tree(levels):
-  # mechanisms.md: C¹ = [1], C^l = [[C^{l-1}, 0], [0, C^{l-1}], [1 … 1]].
+  # docs/mechanisms.md: C¹ = [1], C^l = [[C^{l-1}, 0], [0, C^{l-1}], [1 … 1]].
   c = np.ones((1, 1))
   for _ in range(levels - 1):
     z = np.zeros_like(c)
-    c = np.vstack([np.hstack([c, z]), np.hstack([z, c]),
-                   np.ones((1, 2 * c.shape[1]))])
+    c = np.vstack([np.hstack([c, z]), np.hstack([z, c]), np.ones((1, 2 * c.shape[1]))])
   return c
 
 
 @pytest.mark.parametrize('levels', [1, 2, 3, 4, 5])
 def test_tree_matrix_matches_recursive_definition(levels):
-  n = 2**(levels - 1)
+  n = 2 ** (levels - 1)
   c = tree.tree_matrix(n)
   assert c.shape == (2 * n - 1, n)
   np.testing.assert_array_equal(c, _recursive_tree(levels))
@@ -48,13 +49,11 @@ def test_tree_completion(n):
 
 
 def test_tree_nodes_post_order():
-  assert tree.tree_nodes(5) == [(0, 0), (0, 1), (1, 0), (0, 2), (0, 3), (1, 1),
-                                (2, 0), (0, 4)]
+  assert tree.tree_nodes(5) == [(0, 0), (0, 1), (1, 0), (0, 2), (0, 3), (1, 1), (2, 0), (0, 4)]
 
 
 def test_vanilla_variances_are_popcount():
-  np.testing.assert_allclose(tree.prefix_noise_variances(8, 'vanilla'),
-                             [1, 1, 2, 1, 2, 2, 3, 1])
+  np.testing.assert_allclose(tree.prefix_noise_variances(8, 'vanilla'), [1, 1, 2, 1, 2, 2, 3, 1])
   n = 37
   expected = [bin(t).count('1') for t in range(1, n + 1)]
   np.testing.assert_allclose(tree.decoder_row_sq_norms(n, 'vanilla'), expected)
@@ -103,8 +102,10 @@ def test_online_decoders_use_only_completed_nodes(n):
 def test_online_honaker_matches_streaming_buffer_recursion():
   # tensorflow_privacy's buffer: s = w + (s_left + s_right)/2, weight
   # 1/(2 - 2^-h); at T = 4 the estimate is the weighted root buffer.
-  w = {node: np.random.default_rng(len(node) + 7 * node[0] + node[1]).normal()
-       for node in tree.tree_nodes(4)}
+  w = {
+    node: np.random.default_rng(len(node) + 7 * node[0] + node[1]).normal()
+    for node in tree.tree_nodes(4)
+  }
   s1 = [w[(1, j)] + 0.5 * (w[(0, 2 * j)] + w[(0, 2 * j + 1)]) for j in (0, 1)]
   s2 = w[(2, 0)] + 0.5 * (s1[0] + s1[1])
   d = tree.online_honaker_decoder(4)
@@ -113,25 +114,33 @@ def test_online_honaker_matches_streaming_buffer_recursion():
   assert d[1] @ vec == pytest.approx(s1[0] / 1.5)
 
 
-def _node_table(seed, shape):
-  noise = tree.gaussian_node_noise(seed, shape)
-  calls = []
+def _node_noise(seed, shape):
+  """node_noise(h, j) ~ N(0, 1), keyed by (seed, h, j)."""
+  return lambda h, j: np.random.default_rng([seed, h, j]).standard_normal(shape)
 
-  def node_noise(h, j):
-    calls.append((h, j))
-    return noise(h, j)
 
-  return noise, node_noise, calls
+def _run_tree_stream(variant, n, shape, node_noise):
+  """The tree stream fed node (j, t >> j) as round t's draw j; returns outputs and drawn nodes."""
+  stream = tree.Tree(variant).noise_stream()
+  state = stream.init([streaming.Spec(shape)], streaming.NUMPY)
+  calls, outs = [], []
+  for t in range(n):
+
+    def z(j, t=t):
+      calls.append((int(j), t >> int(j)))
+      return [node_noise(int(j), t >> int(j))]
+
+    out, state = stream.step(state, z, streaming.NUMPY)
+    outs.append(out[0])
+  return np.stack(outs), calls, state
 
 
 @pytest.mark.parametrize('n', _SIZES + [64, 100])
 @pytest.mark.parametrize('shape', [(), (3,), (2, 2)])
 @pytest.mark.parametrize('variant', tree.STREAMING_VARIANTS)
 def test_stream_matches_dense_decoder(n, shape, variant):
-  noise, node_noise, calls = _node_table(n, shape)
-  stream = tree.TreeNoiseStream(variant, shape, node_noise)
-  got = np.stack([stream.next() for _ in range(n)])
-  assert stream.round == n
+  noise = _node_noise(n, shape)
+  got, calls, _ = _run_tree_stream(variant, n, shape, noise)
   nodes = tree.tree_nodes(n)
   w = np.stack([noise(*node) for node in nodes]).reshape(len(nodes), -1)
   want = (tree.per_round_decoder(n, variant) @ w).reshape((n,) + shape)
@@ -141,22 +150,13 @@ def test_stream_matches_dense_decoder(n, shape, variant):
 
 
 def test_stream_state_is_logarithmic():
-  stream = tree.TreeNoiseStream('online-honaker', (2,),
-                                tree.gaussian_node_noise(0, (2,)))
-  for t in range(1, 300):
-    stream.next()
-    assert len(stream._buffer) == bin(t).count('1')  # pylint: disable=protected-access
+  _, _, state = _run_tree_stream('online-honaker', 300, (2,), _node_noise(0, (2,)))
+  assert state[1][0].shape[0] == (300).bit_length()
 
 
 def test_stream_refuses_full_honaker():
-  with pytest.raises(ValueError, match='does not stream'):
-    tree.TreeNoiseStream('full-honaker', (2,), tree.gaussian_node_noise(0, (2,)))
-
-
-def test_stream_checks_node_noise_shape():
-  stream = tree.TreeNoiseStream('vanilla', (2,), lambda h, j: np.zeros(3))
-  with pytest.raises(ValueError, match='shape'):
-    stream.next()
+  with pytest.raises(StrategyError, match='does not stream'):
+    tree.Tree('full-honaker').noise_stream()
 
 
 def test_unknown_variant():
@@ -164,12 +164,13 @@ def test_unknown_variant():
     tree.decoder_matrix(4, 'honaker')
 
 
-def test_gaussian_node_noise_is_keyed():
-  a = tree.gaussian_node_noise(5, (4,))
-  b = tree.gaussian_node_noise(5, (4,))
-  np.testing.assert_array_equal(a(2, 3), b(2, 3))
-  assert not np.allclose(a(2, 3), a(3, 2))
-  assert not np.allclose(a(2, 3), tree.gaussian_node_noise(6, (4,))(2, 3))
+def test_round_variances_match_the_decoder():
+  for variant in tree.STREAMING_VARIANTS:
+    n = 64
+    per_round = np.sum(tree.per_round_decoder(n, variant) ** 2, axis=1)
+    heights = [((t + 1) & -(t + 1)).bit_length() - 1 for t in range(n)]
+    np.testing.assert_allclose(tree.round_variances(variant)[heights], per_round, rtol=1e-12)
+    np.testing.assert_allclose(tree.Tree(variant).noise_row_norms(n), np.sqrt(per_round))
 
 
 @pytest.mark.parametrize('n', [4, 8, 16, 13])
@@ -177,15 +178,13 @@ def test_single_participation_sensitivity(n):
   # Every leaf sits under one node per level that exists for it.
   c = tree.tree_matrix(n)
   expected = np.sqrt(np.max(c.sum(axis=0)))
-  assert sens.single_participation_sensitivity(c).value == pytest.approx(
-      expected)
+  assert sens.single_participation_sensitivity(c).value == pytest.approx(expected)
   if n & (n - 1) == 0:
     assert expected == pytest.approx(np.sqrt(np.log2(n) + 1))
   assert sens.gram_upper_bound(c, 1, 1).value == pytest.approx(expected)
 
 
-@pytest.mark.parametrize('n, b, k', [(8, 1, 8), (8, 2, 3), (8, 3, 2), (7, 2, 4),
-                                     (10, 4, 3)])
+@pytest.mark.parametrize('n, b, k', [(8, 1, 8), (8, 2, 3), (8, 3, 2), (7, 2, 4), (10, 4, 3)])
 def test_multi_participation_bound(n, b, k):
   c = tree.tree_matrix(n)
   brute = brute_force_sensitivity(c, b, k)

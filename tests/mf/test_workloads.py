@@ -13,7 +13,9 @@ def test_prefix_sum_is_lower_triangular_ones():
 
 
 def test_momentum_zero_without_cooldown_is_prefix_sum():
-  np.testing.assert_allclose(workloads.momentum_with_cooldown(7, momentum=0.0), workloads.prefix_sum(7))
+  np.testing.assert_allclose(
+    workloads.momentum_with_cooldown(7, momentum=0.0), workloads.prefix_sum(7)
+  )
 
 
 def test_cooldown_learning_rates_are_linear_and_reach_target():
@@ -43,7 +45,9 @@ def test_momentum_workload_matches_simulated_sgd(momentum, period):
 
 def test_by_name():
   np.testing.assert_array_equal(workloads.by_name('prefix', 3), workloads.prefix_sum(3))
-  np.testing.assert_array_equal(workloads.by_name('momentum', 5), workloads.momentum_with_cooldown(5))
+  np.testing.assert_array_equal(
+    workloads.by_name('momentum', 5), workloads.momentum_with_cooldown(5)
+  )
   with pytest.raises(ValueError, match='workload'):
     workloads.by_name('adam', 3)
 
@@ -54,7 +58,9 @@ def test_is_prefix_sum():
   assert not workloads.is_prefix_sum(workloads.momentum_with_cooldown(5))
 
 
-@pytest.mark.parametrize('kwargs', [dict(momentum=1.0), dict(cooldown_period=9), dict(cooldown_target=0.0)])
+@pytest.mark.parametrize(
+  'kwargs', [dict(momentum=1.0), dict(cooldown_period=9), dict(cooldown_target=0.0)]
+)
 def test_invalid_arguments(kwargs):
   with pytest.raises(ValueError):
     workloads.momentum_with_cooldown(8, **kwargs)

@@ -8,8 +8,14 @@ from fedmf.simulation.client_timer import ClientTimer
 
 @pytest.mark.parametrize("availability", [1.0, 0.6])
 def test_realized_schedule_respects_min_sep_and_cap(availability):
-  timer = ClientTimer(num_clients=40, min_sep=5, clients_per_round=7, max_participations=3,
-                      availability=availability, seed=3)
+  timer = ClientTimer(
+    num_clients=40,
+    min_sep=5,
+    clients_per_round=7,
+    max_participations=3,
+    availability=availability,
+    seed=3,
+  )
   history = {}
   for r in range(60):
     for c in timer.sample(r):

@@ -12,5 +12,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 def tff_context():
   """Installs a fedmf LocalExecutionContext for the session; kills its worker."""
   from fedmf.tff import context  # pylint: disable=import-outside-toplevel
+
   with context.local_execution_context() as ctx:
     yield ctx

@@ -9,14 +9,19 @@ import numpy as np
 
 
 def _worker_pids() -> set[int]:
-  out = subprocess.run(['pgrep', '-f', 'tensorflow_federated/data/worker_binary'],
-                       capture_output=True, text=True, check=False).stdout
+  out = subprocess.run(
+    ['pgrep', '-f', 'tensorflow_federated/data/worker_binary'],
+    capture_output=True,
+    text=True,
+    check=False,
+  ).stdout
   return {int(p) for p in out.split()}
 
 
 def _children_of(pid: int) -> set[int]:
-  out = subprocess.run(['pgrep', '-P', str(pid)], capture_output=True, text=True,
-                       check=False).stdout
+  out = subprocess.run(
+    ['pgrep', '-P', str(pid)], capture_output=True, text=True, check=False
+  ).stdout
   return {int(p) for p in out.split()}
 
 
@@ -54,11 +59,16 @@ def test_no_worker_binary_left_behind():
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
   # stdout is a pipe: this also checks that the worker does not hold it open
   # (communicate() would block until the worker died otherwise).
-  proc = subprocess.run([sys.executable, '-c', _CHILD], capture_output=True,
-                        text=True, timeout=240, env=env, check=False)
+  proc = subprocess.run(
+    [sys.executable, '-c', _CHILD],
+    capture_output=True,
+    text=True,
+    timeout=240,
+    env=env,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  started = {int(line.split()[1]) for line in proc.stdout.splitlines()
-             if line.startswith('WORKER')}
+  started = {int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith('WORKER')}
   assert len(started) == 2
   # Compare pids, not counts: other processes may run TFF concurrently.
   after = _worker_pids()

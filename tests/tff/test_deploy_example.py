@@ -7,12 +7,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_weighted_fedavg_example_runs(tmp_path, capsys):
-  spec = importlib.util.spec_from_file_location("fedavg_example", ROOT / "deploy" / "fedavg_example.py")
+  spec = importlib.util.spec_from_file_location(
+    "fedavg_example", ROOT / "deploy" / "fedavg_example.py"
+  )
   example = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(example)
   strategy = tmp_path / "blt.json"
   strategy.write_text('{"mechanism": "blt", "buf_decay": [0.9], "output_scale": [0.3]}')
-  assert example.main(["--strategy", str(strategy), "--rounds", "2", "--clients-per-round", "3", "--weighted"]) == 0
+  assert (
+    example.main(
+      ["--strategy", str(strategy), "--rounds", "2", "--clients-per-round", "3", "--weighted"]
+    )
+    == 0
+  )
   lines = capsys.readouterr().out.strip().splitlines()
   assert [line.split(":")[0] for line in lines] == ["round 0", "round 1"]
   # Round 0's noise std on the mean is σ·ζ·‖row_0 C⁻¹‖/clients_per_round = 1/3.

@@ -9,11 +9,36 @@ from fedmf.mf import strategies as st
 
 def test_simulation_end_to_end(tmp_path, capsys):
   strategy = tmp_path / "blt.json"
-  st.save_strategy(st.load_strategy({"mechanism": "blt", "buf_decay": [0.9, 0.4], "output_scale": [0.2, 0.2]}), strategy)
+  st.save_strategy(
+    st.load_strategy({"mechanism": "blt", "buf_decay": [0.9, 0.4], "output_scale": [0.2, 0.2]}),
+    strategy,
+  )
   out = tmp_path / "run"
-  code = cli.main(["simulate", "--strategy", str(strategy), "--rounds", "6", "--min-sep", "2", "--clients", "12",
-                   "--clients-per-round", "3", "--noise-multiplier", "0.5", "--delta", "1e-5", "--eval-every", "3",
-                   "--out", str(out), "--no-progress", "--json"])
+  code = cli.main(
+    [
+      "simulate",
+      "--strategy",
+      str(strategy),
+      "--rounds",
+      "6",
+      "--min-sep",
+      "2",
+      "--clients",
+      "12",
+      "--clients-per-round",
+      "3",
+      "--noise-multiplier",
+      "0.5",
+      "--delta",
+      "1e-5",
+      "--eval-every",
+      "3",
+      "--out",
+      str(out),
+      "--no-progress",
+      "--json",
+    ]
+  )
   assert code == 0
   summary = json.loads(capsys.readouterr().out)
   rounds = participation_log.read_participation_arrays(out / "participation.csv").rounds
@@ -34,7 +59,24 @@ def test_simulation_end_to_end(tmp_path, capsys):
 def test_simulation_rejects_a_population_too_small_for_the_timer(tmp_path, capsys):
   strategy = tmp_path / "dpsgd.json"
   strategy.write_text('{"mechanism": "dpsgd"}')
-  code = cli.main(["simulate", "--strategy", str(strategy), "--rounds", "4", "--min-sep", "3", "--clients", "5",
-                   "--clients-per-round", "3", "--noise-multiplier", "1", "--out", str(tmp_path / "x")])
+  code = cli.main(
+    [
+      "simulate",
+      "--strategy",
+      str(strategy),
+      "--rounds",
+      "4",
+      "--min-sep",
+      "3",
+      "--clients",
+      "5",
+      "--clients-per-round",
+      "3",
+      "--noise-multiplier",
+      "1",
+      "--out",
+      str(tmp_path / "x"),
+    ]
+  )
   assert code == 2
   assert "num_clients" in capsys.readouterr().err

@@ -1,0 +1,64 @@
+"""A general lower-triangular strategy C given entry by entry (e.g. from another optimizer).
+
+One concept: the dense matrix mechanism of the BandMF paper's §2 with no structure assumed. C is
+used as given (no normalization). A file built for n serves any n' ≤ n through its leading
+n'×n' block. Its noise stream is the banded stream with b̂ = n, so it keeps n - 1 model-sized
+buffers: meant for small models and for checking other mechanisms, not for large-scale training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping, Optional
+
+import numpy as np
+
+from fedmf.mf import banded
+from fedmf.mf import strategy as strategy_lib
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dense(strategy_lib.Strategy):
+  """C as an explicit n×n lower-triangular matrix. JSON: {"mechanism": "dense", "matrix": [[...]]}."""
+
+  c: np.ndarray
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  mechanism: ClassVar[str] = "dense"
+
+  @classmethod
+  def from_dict(cls, obj):
+    if "matrix" not in obj:
+      raise strategy_lib.StrategyError("strategy field 'matrix' is missing")
+    try:
+      c = np.asarray(obj["matrix"], dtype=np.float64)
+    except (TypeError, ValueError):
+      raise strategy_lib.StrategyError(
+        "strategy field 'matrix' must be a square list of lists of numbers"
+      ) from None
+    if c.ndim != 2 or c.shape[0] != c.shape[1] or c.shape[0] == 0:
+      raise strategy_lib.StrategyError(
+        f"strategy field 'matrix' must be a non-empty square matrix, got shape {c.shape}"
+      )
+    if not np.all(np.isfinite(c)):
+      raise strategy_lib.StrategyError("strategy field 'matrix' has a non-finite value")
+    strategy_lib.check_lower_triangular(c, "strategy field 'matrix'")
+    return cls(strategy_lib.readonly(c), metadata=strategy_lib.extra_fields(obj, ("matrix",)))
+
+  def fields(self):
+    return {"matrix": self.c.tolist()}
+
+  def describe(self) -> str:
+    return f"dense (n={self.horizon})"
+
+  @property
+  def horizon(self) -> int:
+    return int(self.c.shape[0])
+
+  def matrix(self, n: int) -> np.ndarray:
+    self.check_horizon(n)
+    return np.array(self.c[:n, :n])
+
+  def noise_stream(self, n: Optional[int] = None) -> banded.BandedStream:
+    n = self.horizon if n is None else n
+    self.check_horizon(n)
+    return banded.banded_stream(banded.theta_from_matrix(self.c[:n, :n], n))

@@ -1,0 +1,49 @@
+"""DP-SGD / DP-FedAvg as a matrix mechanism: C = I, independent noise every round.
+
+One concept: the baseline strategy. Under b-min-separation with at most k participations every
+participation adds an orthogonal unit vector, so the sensitivity is exactly √k_eff (BandMF §2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar, Mapping, Optional
+
+import numpy as np
+
+from fedmf.mf import strategy as strategy_lib
+from fedmf.mf import streaming
+from fedmf.mf.sensitivity import Sensitivity
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DpSgd(strategy_lib.Strategy):
+  """C = I. JSON: {"mechanism": "dpsgd"}."""
+
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  mechanism: ClassVar[str] = "dpsgd"
+
+  @classmethod
+  def from_dict(cls, obj):
+    return cls(metadata=strategy_lib.extra_fields(obj, ()))
+
+  def fields(self):
+    return {}
+
+  def toeplitz_coefs(self, n: int) -> np.ndarray:
+    self.check_horizon(n)
+    coefs = np.zeros(n)
+    coefs[0] = 1.0
+    return coefs
+
+  def exact_sensitivity(self, schema) -> Sensitivity:
+    # C = I: every participation adds an orthogonal unit vector.
+    return Sensitivity(math.sqrt(schema.effective_max_participations), "exact", "identity")
+
+  def noise_stream(self, n: Optional[int] = None) -> streaming.IdentityStream:
+    return streaming.IdentityStream()
+
+  @classmethod
+  def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
+    return cls(), {"objective": options.objective or "rms"}

@@ -1,0 +1,309 @@
+"""The strategy interface: what every correlated-noise mechanism knows about its own math.
+
+One concept: a `Strategy` is a frozen dataclass naming a mechanism and its parameters. It owns
+  * its matrix C for any n (`matrix`), and, where it has them, its Toeplitz coefficients
+    (`toeplitz_coefs`) or band (`banded_theta`), which the generic formulas use;
+  * its sensitivity under a `ParticipationSchema`, labelled exact / upper-bound / lower-bound;
+  * its per-round error for a workload (`decoder_row_sq_norms`);
+  * its streaming noise (`noise_stream`, one definition for numpy and TensorFlow);
+  * its JSON form (`from_dict` / `to_dict`), its description, and its optimizer.
+Generic code (evaluation, accounting, the aggregator, the CLI) calls these methods and never asks
+for the type. The loader in `fedmf.mf.strategies` maps JSON "mechanism" names to classes.
+
+Notation (docs/architecture.md): n rounds, 0-based; A workload; C strategy; C⁻¹ noising matrix;
+B = A C⁻¹ decoder; X = CᵀC; b = min-sep (a gap); k = max participations; b̂ bands.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from typing import Any, Callable, ClassVar, Mapping, Optional
+
+import numpy as np
+import scipy.linalg
+
+from fedmf.errors import FedmfUserError
+from fedmf.mf import sensitivity as sens_lib
+from fedmf.mf.schema import ParticipationSchema
+from fedmf.mf.sensitivity import AssumptionError, Sensitivity
+
+SENSITIVITY_METHODS = ("auto", "upper-bound", "lower-bound")
+
+ProgressFn = Optional[Callable[[dict], None]]
+
+
+class StrategyError(FedmfUserError):
+  """A strategy that does not validate or cannot do what was asked (one line naming the field)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Field validation for `from_dict`: each check raises StrategyError naming the field.
+
+
+def readonly(values: Any, dtype=np.float64) -> np.ndarray:
+  array = np.array(values, dtype=dtype)
+  array.setflags(write=False)
+  return array
+
+
+def float_vector(obj: Mapping[str, Any], key: str, *, min_len: int = 1) -> np.ndarray:
+  if key not in obj:
+    raise StrategyError(f"strategy field '{key}' is missing")
+  value = obj[key]
+  if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+    raise StrategyError(f"strategy field '{key}' must be a list of numbers")
+  try:
+    array = np.asarray(value, dtype=np.float64)
+  except (TypeError, ValueError):
+    raise StrategyError(f"strategy field '{key}' must be a list of numbers") from None
+  if array.ndim != 1:
+    raise StrategyError(
+      f"strategy field '{key}' must be a flat list of numbers, got shape {array.shape}"
+    )
+  if len(array) < min_len:
+    raise StrategyError(
+      f"strategy field '{key}' needs at least {min_len} entries, got {len(array)}"
+    )
+  bad = np.flatnonzero(~np.isfinite(array))
+  if bad.size:
+    raise StrategyError(f"strategy field '{key}' has a non-finite value at index {bad[0]}")
+  return array
+
+
+def positive_int(obj: Mapping[str, Any], key: str) -> int:
+  if key not in obj:
+    raise StrategyError(f"strategy field '{key}' is missing")
+  value = obj[key]
+  if (
+    isinstance(value, bool)
+    or not isinstance(value, (int, float))
+    or not math.isfinite(value)
+    or value != int(value)
+    or value < 1
+  ):
+    raise StrategyError(f"strategy field '{key}' must be a positive integer, got {value!r}")
+  return int(value)
+
+
+def extra_fields(obj: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+  """The keys a mechanism does not read, kept as metadata (e.g. 'optimized_for')."""
+  return {k: v for k, v in obj.items() if k not in known and k != "mechanism"}
+
+
+def check_lower_triangular(c: np.ndarray, what: str) -> None:
+  """A streamable C is lower triangular with a non-zero diagonal (C⁻¹ exists)."""
+  if np.any(np.triu(c, 1) != 0.0):
+    raise StrategyError(f"{what} must be lower triangular")
+  zero = np.flatnonzero(np.diag(c) == 0.0)
+  if zero.size:
+    raise StrategyError(f"{what} has a zero diagonal entry at index {zero[0]}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizeOptions:
+  """Options of `Strategy.optimize`; each mechanism reads the ones it has.
+
+  Attributes:
+    bands: b̂ for banded mechanisms (default: the schema's b, at most n).
+    buffers: BLT buffers (default: chosen by the optimizer).
+    objective: 'max' or 'rms' loss (default: the mechanism's usual one).
+    tree_variant: 'vanilla', 'online-honaker' or 'full-honaker'.
+    column_normalize: store a banded Toeplitz strategy column-normalized (BandMF-scaling §3.1).
+    max_iter: optimizer iteration budget.
+    seed: seed of multi-start optimizers.
+    progress: callback receiving a dict per optimizer step.
+  """
+
+  bands: Optional[int] = None
+  buffers: Optional[int] = None
+  objective: Optional[str] = None
+  tree_variant: str = "online-honaker"
+  column_normalize: bool = False
+  max_iter: Optional[int] = None
+  seed: int = 0
+  progress: ProgressFn = None
+
+  def band_count(self, schema: ParticipationSchema) -> int:
+    return min(self.bands or schema.min_sep, schema.n)
+
+  def max_iter_kwargs(self) -> dict[str, int]:
+    return {} if self.max_iter is None else {"max_iter": self.max_iter}
+
+
+class Strategy(abc.ABC):
+  """A correlated-noise mechanism (see the module docstring). Subclasses are frozen dataclasses."""
+
+  mechanism: ClassVar[str]
+  metadata: Mapping[str, Any]
+
+  # --- JSON -----------------------------------------------------------------------------------
+
+  @classmethod
+  @abc.abstractmethod
+  def from_dict(cls, obj: Mapping[str, Any]) -> "Strategy":
+    """Builds a validated strategy from its JSON object (raises StrategyError naming the field)."""
+
+  @abc.abstractmethod
+  def fields(self) -> dict[str, Any]:
+    """The mechanism's own JSON fields (without 'mechanism' and metadata)."""
+
+  def to_dict(self) -> dict[str, Any]:
+    """The JSON form (round-trips through the loader), metadata included."""
+    out: dict[str, Any] = {"mechanism": self.mechanism, **self.fields()}
+    for key, value in self.metadata.items():
+      out.setdefault(key, value)
+    return out
+
+  def describe(self) -> str:
+    """A short human-readable name, e.g. 'blt (4 buffers)'."""
+    return self.mechanism
+
+  # --- C --------------------------------------------------------------------------------------
+
+  @property
+  def horizon(self) -> Optional[int]:
+    """The largest n this strategy is defined for (None: any n)."""
+    return None
+
+  def check_horizon(self, n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise StrategyError(f"the number of rounds n must be a positive integer, got {n!r}")
+    if self.horizon is not None and n > self.horizon:
+      raise StrategyError(
+        f"this {self.mechanism} strategy was built for n={self.horizon} rounds "
+        f"and cannot be used for n={n}"
+      )
+
+  def toeplitz_coefs(self, n: int) -> Optional[np.ndarray]:
+    """The first n coefficients of C = LtToep(c) at horizon n, or None if C is not Toeplitz."""
+    return None
+
+  def banded_theta(self, n: int) -> Optional[np.ndarray]:
+    """(b̂ × n) theta[r, j] = C[j+r, j] of a banded C at horizon n, or None if C is not banded."""
+    return None
+
+  def matrix(self, n: int) -> np.ndarray:
+    """Dense C at horizon n, normalized exactly as noise and sensitivity use it."""
+    self.check_horizon(n)
+    coefs = self.toeplitz_coefs(n)
+    if coefs is not None:
+      return np.tril(scipy.linalg.toeplitz(coefs))
+    theta = self.banded_theta(n)
+    if theta is not None:
+      from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
+
+      return banded.banded_matrix(theta)
+    raise NotImplementedError(f"{type(self).__name__}.matrix")
+
+  # --- sensitivity ----------------------------------------------------------------------------
+
+  def sensitivity(self, schema: ParticipationSchema, method: str = "auto") -> Sensitivity:
+    """Sensitivity over schema.n rounds under b-min-sep with at most k participations.
+
+    method:
+      'auto': exact where a theorem applies (`exact_sensitivity`), otherwise for k = 1 the max
+        column norm (exact) and else the general upper bound (VecSens appendix Alg. 3). Never an
+        optimistic value.
+      'upper-bound': the general two-stage VecSens bound over |CᵀC| (VecSens appendix Alg. 3).
+      'lower-bound': ‖C u(π*)‖ with π* = (0, b, 2b, …) (BLT Remark 3.2), labelled as such.
+    """
+    self.check_horizon(schema.n)
+    b, k = schema.min_sep, schema.effective_max_participations
+    if method == "auto":
+      exact = self.exact_sensitivity(schema)
+      if exact is not None:
+        return exact
+      c = self.matrix(schema.n)
+      if k == 1:
+        return sens_lib.single_participation_sensitivity(c)
+      return sens_lib.gram_upper_bound(c, b, k)
+    if method == "upper-bound":
+      return sens_lib.gram_upper_bound(self.matrix(schema.n), b, k)
+    if method == "lower-bound":
+      return sens_lib.toeplitz_lower_bound(self.matrix(schema.n), b, k)
+    raise StrategyError(
+      f"sensitivity method must be one of {', '.join(SENSITIVITY_METHODS)}, got {method!r}"
+    )
+
+  def exact_sensitivity(self, schema: ParticipationSchema) -> Optional[Sensitivity]:
+    """The exact sensitivity where a theorem applies to this C and schema, else None.
+
+    Toeplitz C with non-negative, non-increasing coefficients: BLT Thm 3.1. Banded C with b ≥ b̂:
+    BandMF Thm 2 (columns b̂ apart are orthogonal). Assumptions are checked, never assumed.
+    """
+    n, b, k = schema.n, schema.min_sep, schema.effective_max_participations
+    coefs = self.toeplitz_coefs(n)
+    if coefs is not None:
+      try:
+        return sens_lib.toeplitz_sensitivity_exact(coefs, n, b, k)
+      except AssumptionError:
+        pass  # e.g. a BLT with Σω > 1: fall through to valid bounds.
+    theta = self.banded_theta(n)
+    if theta is not None and b >= theta.shape[0]:
+      return sens_lib.banded_sensitivity_exact_from_norms(
+        np.sum(theta * theta, axis=0), theta.shape[0], b, k
+      )
+    return None
+
+  # --- error ----------------------------------------------------------------------------------
+
+  def decoder_row_sq_norms(self, n: int, workload: Optional[np.ndarray] = None) -> np.ndarray:
+    """Squared per-round errors ‖row_i(A C⁻¹)‖² (sensitivity excluded), float64.
+
+    workload None is the prefix sum, for which the structured formulas apply: O(n·b̂) for Toeplitz
+    C (BandMF-scaling Prop 3.1, BLT Prop 3.3), O(n²·b̂) time and O(n·b̂) memory for banded C
+    (BandMF-scaling Alg. 3). Other workloads use dense triangular solves.
+    """
+    self.check_horizon(n)
+    if workload is None:
+      coefs = self.toeplitz_coefs(n)
+      if coefs is not None:
+        from fedmf.mf import toeplitz  # pylint: disable=g-import-not-at-top
+
+        return np.asarray(toeplitz.decoder_row_sq_norms(coefs, n), dtype=np.float64)
+      theta = self.banded_theta(n)
+      if theta is not None:
+        from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
+
+        return np.asarray(banded.decoder_row_sq_norms(theta), dtype=np.float64)
+      from fedmf.mf import workloads  # pylint: disable=g-import-not-at-top
+
+      workload = workloads.prefix_sum(n)
+    c = self.matrix(n)
+    # B = A C⁻¹  <=>  Cᵀ Bᵀ = Aᵀ, with C lower triangular.
+    b_mat = scipy.linalg.solve_triangular(c.T, np.asarray(workload, np.float64).T, lower=False).T
+    return np.sum(b_mat * b_mat, axis=1)
+
+  # --- noise ----------------------------------------------------------------------------------
+
+  @abc.abstractmethod
+  def noise_stream(self, n: Optional[int] = None):
+    """The `fedmf.mf.streaming.NoiseStream` of round-by-round [C⁻¹ z]_t.
+
+    `n` is the horizon where C depends on it (banded, dense); defaults to the strategy's own.
+    Raises StrategyError for a strategy that cannot stream (e.g. the full-Honaker tree).
+    """
+
+  def check_streamable(self) -> None:
+    """Raises StrategyError now if this strategy cannot drive training (checked at load)."""
+
+  def noise_row_norms(self, n: int) -> np.ndarray:
+    """‖row_t of C⁻¹‖ for t < n: the per-round noise std at σ = 1."""
+    from fedmf.mf import streaming  # pylint: disable=g-import-not-at-top
+
+    self.check_horizon(n)
+    return streaming.row_norms(self.noise_stream(n), n)
+
+  # --- optimization ---------------------------------------------------------------------------
+
+  @classmethod
+  def optimize(
+    cls, schema: ParticipationSchema, options: OptimizeOptions = OptimizeOptions()
+  ) -> tuple["Strategy", dict[str, Any]]:
+    """A strategy of this mechanism optimized for `schema` (prefix sums), and an info dict."""
+    raise StrategyError(f"the {cls.mechanism} mechanism has no optimizer")
