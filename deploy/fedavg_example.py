@@ -16,27 +16,16 @@ import sys
 
 def build_process(
   strategy,
+  model_fn,
   *,
   noise_multiplier: float,
   clients_per_round: int,
   weighted: bool,
-  dim: int,
-  num_classes: int,
   num_rounds: int,
 ):
-  import tensorflow as tf
+  """tff.learning FedAvg whose model-update mean is fedmf's DP aggregator."""
   import tensorflow_federated as tff
   from fedmf.tff import build_dp_aggregator
-
-  def model_fn():
-    keras_model = tf.keras.Sequential(
-      [tf.keras.layers.InputLayer(input_shape=(dim,)), tf.keras.layers.Dense(num_classes)]
-    )
-    return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=(tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.int32)),
-    )
 
   aggregator = build_dp_aggregator(
     strategy,
@@ -46,7 +35,7 @@ def build_process(
     num_rounds=num_rounds,
   )
   optimizers = dict(
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, 0.9),
   )
   if weighted:
@@ -71,26 +60,35 @@ def main(argv=None) -> int:
   )
   args = parser.parse_args(argv)
 
-  from fedmf.simulation.synthetic import client_datasets, make_synthetic_data
+  from fedmf.tasks.synthetic import SyntheticTask
   from fedmf.tff.context import local_execution_context
 
-  data = make_synthetic_data(num_clients=args.clients_per_round * 4, seed=0)
+  # Any tff.learning model and client data work; here fedmf's built-in synthetic next-word data.
+  task = SyntheticTask(
+    num_clients=args.clients_per_round * 4,
+    vocab_size=50,
+    preset="lstm-small",
+    sequence_length=20,
+    batch_size=8,
+    max_sentences=16,
+    test_sentences=32,
+    seed=0,
+  )
   with local_execution_context():  # Shuts TFF's worker_binary down on exit.
     process = build_process(
       args.strategy,
+      task.model_fn(),
       noise_multiplier=args.noise_multiplier,
       clients_per_round=args.clients_per_round,
       weighted=args.weighted,
-      dim=data.dim,
-      num_classes=data.num_classes,
       num_rounds=args.rounds,
     )
     state = process.initialize()
     for r in range(args.rounds):
       cohort = [
-        (r * args.clients_per_round + i) % data.num_clients for i in range(args.clients_per_round)
+        (r * args.clients_per_round + i) % task.num_clients for i in range(args.clients_per_round)
       ]
-      output = process.next(state, client_datasets(data, cohort))
+      output = process.next(state, [task.client_dataset(i) for i in cohort])
       state = output.state
       aggregator = output.metrics["aggregator"]
       print(

@@ -1,33 +1,10 @@
 #!/usr/bin/env bash
-# The main job (README, `python3 dev.py demo`): optimize correlated-noise strategies, calibrate the
-# noise for a target epsilon, simulate DP FedAvg on synthetic data under a client timer, and audit
-# the participation log the run wrote. Everything lands in out/demo/.
+# The main job (README, `python3 dev.py demo`): `fedmf simulate` with the default config
+# (simulations/configs/default.yaml): DP federated next-word prediction on the built-in synthetic
+# data with a BLT under a client timer, ending in an audit of its own participation log.
+# Outputs in out/demo/ (report.html, summary.json, metrics.csv, participation.csv, ...).
+# Extra arguments go to `fedmf simulate`, e.g. `python3 dev.py demo --set rounds=50`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/demo}
-mkdir -p "$out"
-N=${N:-60}; B=${B:-15}; K=${K:-4}; EPS=${EPS:-8}; DELTA=${DELTA:-1e-6}
-P=(--n "$N" --min-sep "$B" --max-participations "$K")
-
-echo "== 1. strategies for n=$N rounds, min-sep b=$B, at most k=$K participations"
-fedmf strategy optimize --mechanism dpsgd "${P[@]}" --out "$out/dpsgd.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism tree --tree-variant online-honaker "${P[@]}" --out "$out/tree.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism band-toeplitz "${P[@]}" --out "$out/band-toeplitz.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism bandmf "${P[@]}" --out "$out/bandmf.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism blt "${P[@]}" --out "$out/blt.json" --no-progress > /dev/null
-for s in dpsgd tree band-toeplitz bandmf blt; do
-  fedmf strategy evaluate "$out/$s.json" "${P[@]}"
-done
-
-echo; echo "== 2. noise multiplier for epsilon=$EPS at delta=$DELTA (BLT)"
-fedmf account "$out/blt.json" "${P[@]}" --target-epsilon "$EPS" --delta "$DELTA"
-
-echo; echo "== 3. DP FedAvg on synthetic data with the BLT aggregator, client timer b=$B"
-fedmf simulate --strategy "$out/blt.json" --rounds "$N" --min-sep "$B" --max-participations "$K" \
-  --clients 200 --clients-per-round 10 --target-epsilon "$EPS" --delta "$DELTA" --out "$out/sim" --no-progress
-
-echo; echo "== 4. standalone audit of the participation log"
-sigma=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['noise_multiplier'])" "$out/sim/summary.json")
-fedmf audit "$out/sim/participation.csv" --strategy "$out/blt.json" --noise-multiplier "$sigma" --delta "$DELTA" \
-  --rounds "$N" --min-sep "$B" --max-participations "$K" --report "$out/audit"
-echo; echo "report: $out/audit/report.md"
+exec fedmf simulate --out "$out" --force "$@"

@@ -39,15 +39,27 @@ LIBRARIES = [
     "Layer 3: TensorFlow Federated aggregators and processes.",
   ),
   (
-    "simulation",
-    ["fedmf/simulation/*.py"],
-    [":mf", ":privacy", ":tff"],
-    "Layer 4: simulation drivers.",
+    "participation",
+    ["fedmf/participation/*.py"],
+    [":mf", "@pypi//numpy"],
+    "Layer 4: participation models (client timers, schedules, Poisson sampling).",
+  ),
+  (
+    "tasks",
+    ["fedmf/tasks/*.py"],
+    [":errors", "@pypi//tensorflow", "@pypi//tensorflow_federated", "@pypi//numpy"],
+    "Layer 4: federated tasks (synthetic and StackOverflow next-word prediction, models).",
+  ),
+  (
+    "program",
+    ["fedmf/program/*.py"],
+    [":mf", ":privacy", ":tff", ":participation", ":tasks", "@pypi//pyyaml"],
+    "Layer 4: the training loop, the simulation and the training program.",
   ),
   (
     "cli",
     ["fedmf/cli/*.py"],
-    [":mf", ":privacy", ":simulation"],
+    [":mf", ":privacy", ":program"],
     "Layer 4: the fedmf console script.",
   ),
 ]
@@ -128,7 +140,7 @@ def main():
       f'    name = "{name}",',
       f'    srcs = ["{src}"],',
       f'    main = "{src}",',
-      f"    deps = {_list([':mf', ':simulation', dep])},",
+      f"    deps = {_list([':mf', ':program', dep])},",
       ")",
       "",
     ]
@@ -154,8 +166,9 @@ def main():
       deps.append(":privacy")
     if "fedmf.cli" in text:
       deps.append(":cli")
-    if "fedmf.simulation" in text:
-      deps.append(":simulation")
+    for layer in ("participation", "tasks", "program"):
+      if f"fedmf.{layer}" in text:
+        deps.append(f":{layer}")
     out += [
       "py_test(",
       f'    name = "{name}",',

@@ -79,3 +79,17 @@ def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None
     parser.add_argument(
       "--accountant", choices=("pld", "analytic"), default="pld", help=accountant_help
     )
+
+
+def check_creatable_dir(path: str) -> None:
+  """Fails early if directory `path` can be neither used nor created (nearest existing ancestor)."""
+  target = Path(path).resolve()
+  if target.exists() and not target.is_dir():
+    raise FedmfUserError(f"output path exists and is not a directory: {target}")
+  ancestor = target
+  while not ancestor.exists():
+    ancestor = ancestor.parent
+  if not ancestor.is_dir():
+    raise FedmfUserError(f"cannot create {target}: {ancestor} is not a directory")
+  if not os.access(ancestor, os.W_OK):
+    raise FedmfUserError(f"output directory is not writable: {ancestor}")

@@ -37,6 +37,7 @@ from tensorflow_federated.python.core.impl.types import type_conversions
 
 from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
+from fedmf.tff import clipping
 from fedmf.tff import noise as noise_lib
 
 __all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory', 'draw_noise_seed']
@@ -61,26 +62,6 @@ def _flatten(value: Any) -> list:
   if isinstance(value, tff.structure.Struct):
     return tff.structure.flatten(value)
   return tf.nest.flatten(value)
-
-
-def _global_norm(tensors: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
-  """‖x‖ over all tensors as one vector, overflow-safe, as (peak, relative).
-
-  ‖x‖ = peak · relative, with peak = max |entry| (float64 scalars). Entries are
-  divided by the peak before squaring, so huge finite updates (e.g. 3e38 in
-  float32) get their true norm instead of inf.
-  """
-  peaks = [
-    tf.cast(tf.reduce_max(tf.abs(t)), tf.float64) for t in tensors if t.shape.num_elements() != 0
-  ]
-  if not peaks:
-    return tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
-  peak = tf.reduce_max(tf.stack(peaks))
-  safe = tf.where(peak > 0.0, peak, 1.0)
-  sq = tf.add_n(
-    [tf.cast(tf.reduce_sum(tf.square(t / tf.cast(safe, t.dtype))), tf.float64) for t in tensors]
-  )
-  return safe, tf.sqrt(sq)
 
 
 class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -139,21 +120,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type)
     def clip_tf(value):
-      flat = _flatten(value)
-      finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
-      peak, relative = _global_norm(flat)
-      norm = peak * relative
-      clipping = tf.logical_and(finite, norm > clip)
-      # Clipped: (t / peak) · (clip / relative), both factors well scaled, so
-      # no overflow or flush-to-zero for huge updates; unclipped: t unchanged.
-      # Non-finite: zeros (explicitly: NaN·0 is NaN).
-      clipped = []
-      for t in flat:
-        div = tf.cast(tf.where(clipping, peak, 1.0), t.dtype)
-        mul = tf.cast(tf.where(clipping, clip / tf.maximum(relative, 1e-300), 1.0), t.dtype)
-        clipped.append(tf.where(finite, (t / div) * mul, tf.zeros_like(t)))
-      was_clipped = tf.cast(clipping, tf.int32)
-      was_zeroed = tf.cast(tf.logical_not(finite), tf.int32)
+      clipped, was_clipped, was_zeroed = clipping.clip_update(_flatten(value), clip)
       return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
 
     sum_type = clip_tf.type_signature.result[0]

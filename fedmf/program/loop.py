@@ -1,0 +1,215 @@
+"""The training loop shared by `fedmf simulate` and `fedmf train`: one round at a time.
+
+One concept: a round of DP FedAvg (the papers' FedSGDM; BandMF App. I, BLT Alg. 1):
+
+  1. the participation model draws the cohort (device timer, schedule or sampling);
+  2. TFF runs the federated part: broadcast, one local epoch of client SGD, clipping to ζ, the sum
+     (`fedmf.tff.rounds`, in chunks by `fedmf.tff.runner`);
+  3. the server adds ζ·σ·[C⁻¹ z]_t from the strategy's stream, divides by the clients per round and
+     applies SGD with momentum under the learning-rate schedule (`fedmf.program.server`);
+  4. the privacy meter records who took part.
+
+`build_run(config)` makes everything a run needs; `run_round(run, r)` does round r. The simulation
+(`fedmf.program.simulate`) loops over it in process; the training program (`fedmf.program.train`)
+adds checkpoints, releases and the budget guard around the same calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from fedmf import participation as participation_lib
+from fedmf.participation import Cohort
+from fedmf.program import plan as plan_lib
+from fedmf.program import server as server_lib
+from fedmf.program.config import ConfigError, TrainingConfig
+from fedmf.program.meter import PrivacyMeter
+
+logger = logging.getLogger("fedmf.train")
+
+# Clients per TFF call: bounds the worker's memory (~54 MB per client of the 4M-parameter LSTM).
+CLIENTS_PER_CALL = {"lstm-paper": 20, "lstm-small": 50}
+
+
+@dataclasses.dataclass
+class RoundRecord:
+  """What one round did (a row of metrics.csv)."""
+
+  round: int
+  clients: int
+  loss: float
+  round_seconds: float
+  learning_rate: float
+  noise_stddev: float
+  checked_in: int = 0
+  refused_checkins: int = 0
+  early_admitted: int = 0
+  clipped: int = 0
+  zeroed: int = 0
+  accuracy: Optional[float] = None
+  test_loss: Optional[float] = None
+  epsilon: Optional[float] = None
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class TrainingRun:
+  """Everything a run holds (secrets included: the noise seed and buffers)."""
+
+  config: TrainingConfig
+  task: Any
+  participation: participation_lib.ParticipationModel
+  plan: plan_lib.PrivacyPlan
+  runner: Any
+  noise: Optional[server_lib.HostNoise]
+  server: server_lib.ServerState
+  meter: PrivacyMeter
+  shapes: list[tuple[int, ...]]
+
+  @property
+  def noise_scale(self) -> float:
+    """ζ·σ on the sum (σ as used in training)."""
+    return self.config.clip_norm * self.plan.training_noise_multiplier
+
+
+def poisson_groups(config: TrainingConfig) -> Optional[int]:
+  """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1."""
+  if config.participation.model != "cyclic_poisson" or config.participation.min_sep is not None:
+    return None
+  if config.mechanism == "dpsgd" and config.strategy is None:
+    return 1
+  if config.mechanism == "bandmf" and config.bands is not None:
+    return config.bands
+  raise ConfigError(
+    "participation.model cyclic_poisson needs participation.min_sep (the number of "
+    "groups; bandmf: its bands)"
+  )
+
+
+def build_run(
+  config: TrainingConfig, *, cache: Optional[Path] = None, noise_seed: Optional[int] = None
+) -> TrainingRun:
+  """Task, participation model, strategy, privacy plan, TFF computation and server state.
+
+  Needs an installed TFF execution context for the computations it builds to run later.
+  """
+  from fedmf.tasks import build_task  # pylint: disable=g-import-not-at-top
+  from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
+  from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
+
+  task = build_task(config)
+  if config.clients_per_round > task.num_clients:
+    raise ConfigError(
+      f"clients_per_round ({config.clients_per_round}) exceeds the task's "
+      f"{task.num_clients} training clients"
+    )
+  model = participation_lib.build(
+    config.participation,
+    task.num_clients,
+    config.clients_per_round,
+    config.seed,
+    poisson_groups(config),
+  )
+  schema = model.declared_schema(config.rounds)
+  strategy = plan_lib.resolve_strategy(
+    config, schema, plan_lib.cache_dir() if cache is None else cache
+  )
+  plan = plan_lib.make_plan(config, model, strategy, schema)
+  weights = task.initial_weights(config.seed)
+  shapes = [tuple(w.shape) for w in weights]
+  client_round, _ = build_client_round(
+    task.model_fn(),
+    client_learning_rate=config.client_learning_rate,
+    clip_norm=config.clip_norm,
+    zeroing_linf=config.zeroing_linf,
+  )
+  runner = RoundRunner(client_round, shapes, CLIENTS_PER_CALL.get(config.model))
+  noise = None
+  if plan.training_noise_multiplier > 0:
+    seed = (
+      noise_seed
+      if noise_seed is not None
+      else (config.noise_seed if config.noise_seed is not None else server_lib.draw_seed())
+    )
+    noise = server_lib.HostNoise(strategy.noise_stream(config.rounds), shapes, seed)
+  return TrainingRun(
+    config=config,
+    task=task,
+    participation=model,
+    plan=plan,
+    runner=runner,
+    noise=noise,
+    server=server_lib.initial_server_state(weights),
+    meter=PrivacyMeter(strategy, plan.noise_multiplier, config.delta, task.num_clients),
+    shapes=shapes,
+  )
+
+
+def draw_cohort(run: TrainingRun, round_index: int) -> Cohort:
+  return run.participation.sample(round_index)
+
+
+def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
+  """Steps 2-4 of the module docstring for a drawn cohort; updates the run in place."""
+  c = run.config
+  r = cohort.round
+  start = time.perf_counter()
+  datasets = [run.task.client_dataset(int(i)) for i in cohort.clients]
+  result = run.runner.run(run.server.weights, datasets)
+  row_norm = run.noise.row_norm() if run.noise is not None else 0.0
+  noise = run.noise.next() if run.noise is not None else None
+  lr = server_lib.learning_rate(
+    r, c.rounds, c.server_learning_rate, c.warmup_fraction, c.cooldown_fraction, c.cooldown_factor
+  )
+  server_lib.server_update(
+    run.server,
+    result.clipped_sum,
+    noise,
+    run.noise_scale,
+    c.clients_per_round,
+    lr,
+    c.server_momentum,
+  )
+  run.meter.record(r, cohort.clients)
+  return RoundRecord(
+    round=r,
+    clients=int(cohort.clients.size),
+    loss=result.loss,
+    round_seconds=time.perf_counter() - start,
+    learning_rate=lr,
+    noise_stddev=run.noise_scale * row_norm / c.clients_per_round,
+    checked_in=cohort.checked_in,
+    refused_checkins=cohort.refused,
+    early_admitted=cohort.early_admitted,
+    clipped=result.clipped,
+    zeroed=result.zeroed,
+  )
+
+
+def evaluate(run: TrainingRun, record: Optional[RoundRecord] = None) -> dict[str, float]:
+  """Test accuracy and loss of the current model; fills them (and ε so far) into `record`."""
+  metrics = run.task.evaluate(run.server.weights)
+  if record is not None:
+    record.accuracy = metrics["accuracy"]
+    record.test_loss = metrics["loss"]
+    record.epsilon = run.meter.epsilon(record.round + 1)
+  return metrics
+
+
+def is_eval_round(config: TrainingConfig, round_index: int) -> bool:
+  return (round_index + 1) % config.eval_every == 0 or round_index + 1 == config.rounds
+
+
+def format_epsilon(eps: Optional[float]) -> str:
+  if eps is None:
+    return "-"
+  return "inf" if math.isinf(eps) else f"{eps:.3g}"

@@ -1,0 +1,164 @@
+"""What a run writes: metrics (CSV and TensorBoard), JSON files, and progress for people.
+
+One concept: the run's outputs, written so that a crash never leaves a half-written file under its
+final name (temporary file + rename; the CSV keeps whole lines only).
+
+* metrics.csv: one row per round; `accuracy`, `test_loss` and `epsilon` on evaluated rounds only.
+* tensorboard/: the same scalars, for `tensorboard --logdir OUT/tensorboard`.
+* Progress: a tqdm bar on a terminal; plain lines (no carriage returns) otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+METRIC_COLUMNS = (
+  "round",
+  "loss",
+  "round_seconds",
+  "accuracy",
+  "test_loss",
+  "epsilon",
+  "clients",
+  "checked_in",
+  "refused_checkins",
+  "early_admitted",
+  "clipped",
+  "zeroed",
+  "noise_stddev",
+  "learning_rate",
+)
+
+
+def write_json(path: Path, obj: Any) -> None:
+  """JSON written atomically (temporary file in the same directory, then rename)."""
+  path = Path(path)
+  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  tmp.write_text(json.dumps(obj, indent=1, default=_json_default, allow_nan=True) + "\n")
+  os.replace(tmp, path)
+
+
+def _json_default(value):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  if isinstance(value, np.generic):
+    return value.item()
+  if isinstance(value, np.ndarray):
+    return value.tolist()
+  if isinstance(value, Path):
+    return str(value)
+  raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def _cell(value) -> str:
+  if value is None:
+    return ""
+  if isinstance(value, float):
+    return "inf" if math.isinf(value) else ("" if math.isnan(value) else f"{value:.6g}")
+  return str(value)
+
+
+def metrics_row(record: dict[str, Any]) -> str:
+  buf = io.StringIO()
+  csv.writer(buf, lineterminator="\n").writerow([_cell(record.get(k)) for k in METRIC_COLUMNS])
+  return buf.getvalue()
+
+
+class MetricsWriter:
+  """metrics.csv (complete lines only, renamed into place on `close`) and TensorBoard scalars."""
+
+  def __init__(self, out_dir: Path, tensorboard: bool = True):
+    self.path = Path(out_dir) / "metrics.csv"
+    self.partial = self.path.with_name(f".metrics.csv.partial-{os.getpid()}")
+    self._file = open(self.partial, "w", encoding="utf-8")
+    self._file.write(",".join(METRIC_COLUMNS) + "\n")
+    self._tb = None
+    if tensorboard:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+      self._tb = tf.summary.create_file_writer(str(Path(out_dir) / "tensorboard"))
+
+  def write(self, record: dict[str, Any]) -> None:
+    self._file.write(metrics_row(record))
+    self._file.flush()
+    if self._tb is not None:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+      with self._tb.as_default(step=int(record["round"])):
+        for key in METRIC_COLUMNS[1:]:
+          value = record.get(key)
+          if isinstance(value, (int, float)) and math.isfinite(value):
+            tf.summary.scalar(key, value)
+
+  def close(self) -> None:
+    self._file.close()
+    os.replace(self.partial, self.path)
+    if self._tb is not None:
+      self._tb.flush()
+
+  def abort(self) -> None:
+    self._file.close()
+    if self.partial.exists():
+      self.partial.unlink()
+
+
+class Progress:
+  """A progress bar on a terminal, plain lines otherwise (every `every` rounds and at the end)."""
+
+  def __init__(
+    self, total: int, enabled: bool = True, every: int = 10, stream=None, initial: int = 0
+  ):
+    self.stream = stream or sys.stderr
+    self.total = total
+    self.every = max(1, every)
+    self.enabled = enabled
+    self._bar = None
+    if enabled and self.stream.isatty():
+      from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
+      self._bar = tqdm(
+        total=total, initial=initial, unit="round", file=self.stream, dynamic_ncols=True
+      )
+
+  def update(self, round_index: int, fields: dict[str, str]) -> None:
+    if not self.enabled:
+      return
+    if self._bar is not None:
+      self._bar.update(1)
+      self._bar.set_postfix(fields, refresh=False)
+      return
+    done = round_index + 1
+    if done % self.every == 0 or done == self.total:
+      text = "  ".join(f"{k} {v}" for k, v in fields.items())
+      print(f"round {done}/{self.total}  {text}", file=self.stream, flush=True)
+
+  def close(self) -> None:
+    if self._bar is not None:
+      self._bar.close()
+
+
+def check_output_dir(out: Path, force: bool, marker_files: tuple[str, ...]) -> None:
+  """Refuses an output directory holding another run's files, unless `force`."""
+  from fedmf.errors import FedmfUserError  # pylint: disable=g-import-not-at-top
+
+  out = Path(out)
+  if out.exists() and not out.is_dir():
+    raise FedmfUserError(f"output path exists and is not a directory: {out}")
+  if out.is_dir() and not force:
+    found = [name for name in marker_files if (out / name).exists()]
+    if found:
+      raise FedmfUserError(
+        f"{out} already holds a run ({found[0]}); choose another --out or pass "
+        "--force to overwrite it"
+      )
+
+
+def optional_float(value: Optional[float]) -> Optional[float]:
+  return None if value is None else float(value)

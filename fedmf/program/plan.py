@@ -1,0 +1,237 @@
+"""The privacy plan of a run: which strategy, under which schema, with which noise multiplier.
+
+One concept: everything privacy-related decided before the first round.
+
+* The strategy: a mechanism optimized for the run's own (n, b, k) and cached on disk, or a strategy
+  file, refused if it was optimized for another (n, b) unless `force_strategy`.
+* The schema the participation model guarantees (the declared claim the audit checks).
+* σ: calibrated for `target_epsilon` or given. With Poisson sampling the accountant credits the
+  amplification where a theorem gives it: DP-SGD with Poisson sampling (groups = 1), and amplified
+  BandMF with one group per band (BandMF §5 Thm 4, Scaling BandMF Prop 2.1). Otherwise σ is
+  accounted as one Gaussian mechanism with the strategy's sensitivity under the declared schema.
+* The papers' cheap-simulation trick (BandMF App. I): with `reference_clients_per_round`, training
+  uses σ·B/B_ref on B clients, so that the noise on the mean equals that of the reference cohort
+  with σ; the accounting is that of the reference run with σ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from fedmf.errors import FedmfUserError
+from fedmf.mf import strategies
+from fedmf.mf.schema import ParticipationSchema
+from fedmf.mf.strategy import OptimizeOptions, Strategy
+from fedmf.participation import ParticipationModel
+
+logger = logging.getLogger("fedmf.plan")
+
+# Bump when an optimizer changes what it returns, so stale cached strategies are not reused.
+_CACHE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyPlan:
+  """What the run promises before it starts.
+
+  Attributes:
+    strategy: the loaded strategy (C as the noise and the accountant use it).
+    schema: the declared participation schema (n, b, k).
+    noise_multiplier: σ of the accounted run (applied to C as loaded).
+    training_noise_multiplier: σ used in training (σ·B/B_ref with the cheap-simulation trick).
+    epsilon: planned ε at `delta` (inf without noise).
+    delta: δ.
+    accounting: how ε was computed, in words.
+    sensitivity: the strategy's sensitivity under the schema (matrix-mechanism accounting), or None.
+    sensitivity_method: exact / upper-bound / lower-bound, or None.
+  """
+
+  strategy: Strategy
+  schema: ParticipationSchema
+  noise_multiplier: float
+  training_noise_multiplier: float
+  epsilon: float
+  delta: float
+  accounting: str
+  sensitivity: Optional[float] = None
+  sensitivity_method: Optional[str] = None
+
+  def to_dict(self) -> dict[str, Any]:
+    return {
+      "strategy": self.strategy.describe(),
+      "mechanism": self.strategy.mechanism,
+      "declared_schema": self.schema.to_dict(),
+      "noise_multiplier": self.noise_multiplier,
+      "training_noise_multiplier": self.training_noise_multiplier,
+      "epsilon": self.epsilon,
+      "delta": self.delta,
+      "accounting": self.accounting,
+      "sensitivity": self.sensitivity,
+      "sensitivity_method": self.sensitivity_method,
+    }
+
+
+def cache_dir() -> Path:
+  """Where optimized strategies are cached: $FEDMF_CACHE_DIR, else ~/.cache/fedmf/strategies."""
+  base = os.environ.get("FEDMF_CACHE_DIR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fedmf"
+  )
+  return Path(base) / "strategies"
+
+
+def _optimize_cached(
+  mechanism: str, schema: ParticipationSchema, options: OptimizeOptions, cache: Optional[Path]
+) -> Strategy:
+  key = {
+    "version": _CACHE_VERSION,
+    "mechanism": mechanism,
+    **schema.to_dict(),
+    "bands": options.bands,
+    "buffers": options.buffers,
+    "seed": options.seed,
+  }
+  digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+  path = (
+    None if cache is None else cache / f"{mechanism}-n{schema.n}-b{schema.min_sep}-{digest}.json"
+  )
+  if path is not None and path.is_file():
+    try:
+      strategy = strategies.load_strategy(path)
+      logger.info("using the cached %s strategy %s", strategy.describe(), path)
+      return strategy
+    except FedmfUserError:
+      logger.warning("ignoring the unreadable cached strategy %s", path)
+  strategy, _ = strategies.mechanism_class(mechanism).optimize(schema, options)
+  if path is not None:
+    try:
+      path.parent.mkdir(parents=True, exist_ok=True)
+      strategies.save_strategy(
+        strategy,
+        path,
+        optimized_for={
+          "n": schema.n,
+          "min_sep": schema.min_sep,
+          "max_participations": schema.max_participations,
+          "workload": "prefix",
+        },
+      )
+    except OSError as e:  # A read-only cache is not a reason to fail the run.
+      logger.warning("could not cache the strategy in %s: %s", path, e)
+  return strategy
+
+
+def check_optimized_for(
+  strategy: Strategy, schema: ParticipationSchema, source: str, force: bool
+) -> None:
+  """Refuses a strategy file optimized for another (n, b) than the run's, unless forced."""
+  made_for = strategy.metadata.get("optimized_for")
+  if not isinstance(made_for, dict):
+    logger.warning(
+      "%s does not say which (n, b) it was optimized for; using it for %s",
+      source,
+      schema.describe(),
+    )
+    return
+  want = {"n": schema.n, "min_sep": schema.min_sep}
+  got = {k: made_for.get(k) for k in want}
+  if got != want and not force:
+    raise FedmfUserError(
+      f"{source} was optimized for n = {got['n']}, b = {got['min_sep']}, but this run has "
+      f"n = {schema.n}, b = {schema.min_sep}; optimize one for the run (mechanism: ...) or set "
+      "force_strategy: true"
+    )
+
+
+def resolve_strategy(config, schema: ParticipationSchema, cache: Optional[Path] = None) -> Strategy:
+  """The run's strategy: the config's strategy file, or its mechanism optimized for `schema`."""
+  if config.strategy is not None:
+    strategy = strategies.load_strategy(config.strategy)
+    check_optimized_for(strategy, schema, config.strategy, config.force_strategy)
+  else:
+    options = OptimizeOptions(bands=config.bands, buffers=config.buffers, seed=config.seed)
+    strategy = _optimize_cached(config.mechanism, schema, options, cache)
+  strategy.check_horizon(schema.n)
+  strategy.check_streamable()
+  return strategy
+
+
+def _amplified_event_builder(strategy: Strategy, model: ParticipationModel, rounds: int):
+  """make_event(σ) for the Poisson sampling the accountant may credit, or None (with the reason)."""
+  from fedmf.privacy import events  # pylint: disable=g-import-not-at-top
+
+  amp = model.amplification()
+  if amp is None:
+    return None, None
+  q = amp.sampling_probability
+  if strategy.mechanism == "dpsgd" and amp.groups == 1:
+    return (
+      lambda s: events.dpsgd_event(s, rounds, q),
+      f"DP-SGD with Poisson sampling (q = {q:.4g}), {rounds} steps, PLD",
+    )
+  theta = strategy.banded_theta(rounds)
+  if strategy.mechanism == "bandmf" and theta is not None and theta.shape[0] == amp.groups:
+    # Column-normalized C: the max column norm is 1 (BandMF §5 Thm 4).
+    return (
+      lambda s: events.amplified_bandmf_event(s, rounds, amp.groups, q),
+      f"amplified BandMF (BandMF §5): {amp.groups} groups, q = {q:.4g}, PLD",
+    )
+  logger.warning(
+    "no amplification theorem covers %s with %d Poisson groups: accounting it as "
+    "b-min-separation with b = %d",
+    strategy.describe(),
+    amp.groups,
+    amp.groups,
+  )
+  return None, None
+
+
+def make_plan(
+  config, model: ParticipationModel, strategy: Strategy, schema: ParticipationSchema
+) -> PrivacyPlan:
+  """Calibrates (or accounts for) σ under the participation model's declared schema."""
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  factor = config.noise_scale_factor
+  make_event, how = _amplified_event_builder(strategy, model, schema.n)
+  if config.noise_multiplier == 0:
+    return PrivacyPlan(
+      strategy,
+      schema,
+      0.0,
+      0.0,
+      math.inf,
+      config.delta,
+      "none: noise_multiplier 0 trains without DP",
+    )
+  calibrate = config.noise_multiplier is None  # A given σ takes precedence over target_epsilon.
+  if make_event is not None:
+    if calibrate:
+      sigma = accounting.calibrate_event_noise(make_event, config.target_epsilon, config.delta)
+    else:
+      sigma = float(config.noise_multiplier)
+    eps = accounting.pld_epsilon(make_event(sigma), config.delta)
+    return PrivacyPlan(strategy, schema, sigma, sigma * factor, eps, config.delta, how)
+  if calibrate:
+    result = accounting.calibrate_noise_multiplier(
+      strategy, schema, config.target_epsilon, config.delta
+    )
+  else:
+    result = accounting.account(strategy, schema, config.noise_multiplier, config.delta)
+  return PrivacyPlan(
+    strategy,
+    schema,
+    result.noise_multiplier,
+    result.noise_multiplier * factor,
+    result.epsilon,
+    config.delta,
+    f"matrix mechanism under {schema.describe()}, PLD",
+    result.sensitivity,
+    result.sensitivity_method,
+  )

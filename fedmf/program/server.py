@@ -1,0 +1,163 @@
+"""The server step on the host: correlated noise, the DP mean and server SGD with momentum.
+
+One concept: what the server does with a round's clipped sum. The federated part of a round (model
+broadcast, local training, clipping, the sum) runs as a TFF computation (`fedmf.tff.rounds`); the
+rest runs here, in the program's process, because the noise state never has to cross TFF's
+execution context then: only the model goes in and the sum comes out (issue 11's finding: moving
+the state through the sync context each round, not the noise arithmetic, made correlated noise
+expensive).
+
+The noise is the strategy's `NoiseStream` run with the TF backend on the host, with the same seeded
+draws as the `tff.aggregators` factory (`fedmf.tff.noise.round_draws`), so both give the same noise
+for the same seed. Everything the server holds is plain data: weights and momentum as float32 numpy
+arrays, the stream state as a tuple of arrays, the round, and the seed.
+
+  mean_t  = (Σ clipped updates + ζ·σ·[C⁻¹ z]_t) / B           (BandMF Alg. 1; BLT Alg. 1)
+  m_t     = β m_{t-1} + mean_t,   w_t = w_{t-1} − η_t m_t     (server SGD with momentum)
+
+Updates are w_initial − w_trained (TFF's model-delta convention), so the mean is a pseudo-gradient.
+η_t warms up linearly from `cooldown_factor`·η over the first `warmup_fraction` of the rounds and
+cools down linearly to `cooldown_factor`·η over the last `cooldown_fraction` (BandMF App. I).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from fedmf.errors import FedmfUserError
+from fedmf.mf import streaming
+from fedmf.tff import aggregators as aggregators_lib
+from fedmf.tff import noise as noise_lib
+
+
+def learning_rate(
+  round_index: int,
+  rounds: int,
+  base: float,
+  warmup_fraction: float,
+  cooldown_fraction: float,
+  cooldown_factor: float,
+) -> float:
+  """η_t: linear warm-up from cooldown_factor·η, constant, linear cool-down to cooldown_factor·η."""
+  warmup = int(round(warmup_fraction * rounds))
+  cooldown = int(round(cooldown_fraction * rounds))
+  low = cooldown_factor * base
+  if round_index < warmup:
+    return low + (base - low) * round_index / max(warmup - 1, 1)
+  start = rounds - cooldown
+  if cooldown and round_index >= start:
+    return base - (base - low) * (round_index - start + 1) / cooldown
+  return base
+
+
+def draw_seed() -> int:
+  """A 64-bit seed from OS randomness."""
+  import os  # pylint: disable=g-import-not-at-top
+
+  return int.from_bytes(os.urandom(8), "little")
+
+
+class HostNoise:
+  """A strategy's noise stream on the host, with TF ops and seeded draws (the aggregator's noise).
+
+  `next()` returns round t's unit-scale noise [C⁻¹ z]_t as float32 numpy arrays, one per model
+  tensor, and advances. `state()` / `restore()` give and take the stream state as numpy arrays.
+  """
+
+  def __init__(
+    self,
+    stream: streaming.NoiseStream,
+    shapes: Sequence[tuple[int, ...]],
+    seed: int,
+    dtype=tf.float32,
+  ):
+    self.stream = stream
+    self.specs = [tf.TensorSpec(s, dtype) for s in shapes]
+    # The aggregator's own seed key, so both give the same noise for the same seed.
+    self._seed = tf.constant(aggregators_lib._seed_pair(seed), tf.int64)  # pylint: disable=protected-access
+    self._state = stream.init(self.specs, noise_lib.TF_OPS)
+
+  @property
+  def round(self) -> int:
+    return int(self._state[0])
+
+  def row_norm(self) -> float:
+    """‖row_t of C⁻¹‖ of the next round (the noise std per unit of ζσ)."""
+    return float(self.stream.row_norm(self._state, noise_lib.TF_OPS))
+
+  def next(self) -> list[np.ndarray]:
+    t = self._state[0]
+    if self.stream.horizon is not None and int(t) >= self.stream.horizon:
+      raise FedmfUserError(
+        f"the strategy was built for n={self.stream.horizon} rounds and cannot "
+        f"produce noise for round {int(t)}"
+      )
+    draws = noise_lib.round_draws(self._seed, t, self.specs)
+    noise, self._state = self.stream.step(self._state, draws, noise_lib.TF_OPS)
+    return [n.numpy() for n in noise]
+
+  def state(self) -> list[np.ndarray]:
+    return [np.asarray(x) for x in tf.nest.flatten(self._state)]
+
+  def restore(self, flat: Sequence[np.ndarray]) -> None:
+    template = self.stream.init(self.specs, noise_lib.TF_OPS)
+    leaves = tf.nest.flatten(template)
+    if len(flat) != len(leaves):
+      raise FedmfUserError(f"noise state has {len(flat)} arrays, the stream expects {len(leaves)}")
+    self._state = tf.nest.pack_sequence_as(
+      template, [tf.constant(np.asarray(x), leaf.dtype) for x, leaf in zip(flat, leaves)]
+    )
+
+
+@dataclasses.dataclass
+class ServerState:
+  """What the server holds between rounds (plain data; checkpointed as is)."""
+
+  weights: list[np.ndarray]
+  momentum: list[np.ndarray]
+  round: int = 0
+
+
+def initial_server_state(weights: Sequence[np.ndarray]) -> ServerState:
+  weights = [np.array(w, dtype=np.float32) for w in weights]
+  return ServerState(weights=weights, momentum=[np.zeros_like(w) for w in weights])
+
+
+def server_update(
+  state: ServerState,
+  clipped_sum: Sequence[np.ndarray],
+  noise: Optional[Sequence[np.ndarray]],
+  noise_scale: float,
+  clients_per_round: int,
+  learning_rate_value: float,
+  momentum: float,
+) -> list[np.ndarray]:
+  """Adds the noise, divides by B, applies SGD with momentum in place; returns the noisy mean.
+
+  Raises FedmfUserError naming the round if the noisy mean is not finite: a NaN must never reach
+  the model.
+  """
+  mean = []
+  for k, s in enumerate(clipped_sum):
+    m = np.array(s, dtype=np.float32)
+    if noise is not None and noise_scale:
+      m += np.float32(noise_scale) * noise[k]
+    m /= np.float32(clients_per_round)
+    if not np.all(np.isfinite(m)):
+      raise FedmfUserError(
+        f"round {state.round}: the noisy aggregate is not finite (tensor {k}); "
+        "training stopped before it reached the model"
+      )
+    mean.append(m)
+  lr = np.float32(learning_rate_value)
+  beta = np.float32(momentum)
+  for w, v, g in zip(state.weights, state.momentum, mean):
+    v *= beta
+    v += g
+    w -= lr * v
+  state.round += 1
+  return mean

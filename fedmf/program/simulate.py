@@ -1,0 +1,210 @@
+"""`fedmf simulate`: the training loop in process, ending in an audit of its own participation log.
+
+One concept: a simulation run from a config to its outputs in OUT:
+
+  config.json       the resolved config (the noise seed only if the user fixed it)
+  plan.json         the privacy plan: strategy, declared schema, σ, planned ε, how it was accounted
+  participation.csv who took part in which round (docs/participation-log.md)
+  metrics.csv       one row per round (loss, round_seconds, accuracy on evaluated rounds, ...)
+  tensorboard/      the same metrics for TensorBoard
+  audit.json, report.html, report.md, plots   the audit of participation.csv (`fedmf audit`)
+  summary.json      what a pipeline needs: rounds_completed, noise_multiplier, initial and final
+                    test accuracy, refused check-ins, violations, and the audit's min-sep and ε
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from fedmf.program import loop
+from fedmf.program import outputs
+from fedmf.program.config import TrainingConfig
+
+logger = logging.getLogger("fedmf.simulate")
+
+RUN_FILES = ("summary.json", "participation.csv", "metrics.csv", "config.json", "audit.json")
+
+
+def config_record(config: TrainingConfig) -> dict[str, Any]:
+  return config.to_dict()
+
+
+def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
+  c = run.config
+  out = run.plan.to_dict()
+  out["participation"] = run.participation.describe()
+  if c.reference_clients_per_round is not None:
+    out["cheap_simulation"] = (
+      f"trained on {c.clients_per_round} clients per round with σ scaled by "
+      f"{c.clients_per_round}/{c.reference_clients_per_round}, so the noise on the mean matches "
+      f"a {c.reference_clients_per_round}-client cohort (BandMF App. I); privacy is that of the "
+      f"{c.reference_clients_per_round}-client run"
+    )
+  return out
+
+
+def describe_plan(run: loop.TrainingRun) -> list[str]:
+  p = run.plan
+  lines = [
+    f"strategy: {p.strategy.describe()}",
+    f"participation: {run.participation.describe()}; declared {p.schema.describe()}",
+    f"noise multiplier: {p.noise_multiplier:.6g}"
+    + (
+      f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
+      f"{run.config.reference_clients_per_round} clients per round)"
+      if run.config.reference_clients_per_round
+      else ""
+    ),
+    f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
+    f"({p.accounting})",
+  ]
+  return lines
+
+
+def run_simulation(
+  config: TrainingConfig,
+  out_dir: str | Path,
+  *,
+  progress: bool = True,
+  force: bool = False,
+  report: bool = True,
+  log=print,
+) -> dict[str, Any]:
+  """Runs the simulation described by `config`, writing OUT (see the module docstring)."""
+  from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
+  from fedmf.tff.context import local_execution_context  # pylint: disable=g-import-not-at-top
+
+  out = Path(out_dir)
+  outputs.check_output_dir(out, force, RUN_FILES)
+  out.mkdir(parents=True, exist_ok=True)
+  outputs.write_json(out / "config.json", config_record(config))
+  start = time.perf_counter()
+  with local_execution_context():
+    run = loop.build_run(config)
+    outputs.write_json(out / "plan.json", plan_record(run))
+    for line in describe_plan(run):
+      log(line)
+    initial = run.task.evaluate(run.server.weights)
+    log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
+    metrics = outputs.MetricsWriter(out)
+    bar = outputs.Progress(config.rounds, enabled=progress, every=config.eval_every)
+    records: list[loop.RoundRecord] = []
+    last_eval = dict(initial)
+    try:
+      with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:
+        for r in range(config.rounds):
+          cohort = loop.draw_cohort(run, r)
+          record = loop.train_round(run, cohort)
+          log_writer.write_round(r, [run.task.client_id(int(i)) for i in cohort.clients])
+          if loop.is_eval_round(config, r):
+            last_eval = loop.evaluate(run, record)
+          records.append(record)
+          metrics.write(record.to_dict())
+          bar.update(
+            r,
+            {
+              "loss": f"{record.loss:.3f}",
+              "accuracy": f"{last_eval['accuracy']:.4f}",
+              "epsilon": loop.format_epsilon(run.meter.epsilon(r + 1)),
+            },
+          )
+    except BaseException:
+      metrics.abort()
+      bar.close()
+      raise
+    metrics.close()
+    bar.close()
+  seconds = time.perf_counter() - start
+  return finish(run, out, records, initial, seconds, report=report, log=log)
+
+
+def finish(
+  run: loop.TrainingRun,
+  out: Path,
+  records: list[loop.RoundRecord],
+  initial: dict[str, float],
+  seconds: float,
+  *,
+  report: bool,
+  log=print,
+  extra: Optional[dict[str, Any]] = None,
+) -> dict[str, Any]:
+  """Audits the run's participation log and writes audit.json, the report and summary.json."""
+  from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
+
+  c = run.config
+  p = run.plan
+  rounds_completed = len(records)
+  declared = p.schema.with_rounds(max(rounds_completed, 1))
+  result = audit.audit_log(
+    out / "participation.csv",
+    p.strategy,
+    p.noise_multiplier or 1.0,
+    c.delta,
+    rounds=max(rounds_completed, 1),
+    min_sep=declared.min_sep,
+    max_participations=declared.max_participations,
+    progress=False,
+  )
+  audit_dict = result.to_dict()
+  outputs.write_json(out / "audit.json", audit_dict)
+  if report:
+    from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
+
+    report_lib.write_report(result, out)
+  evaluated = [r for r in records if r.accuracy is not None]
+  counts = result.violation_counts()
+  summary = {
+    "rounds": c.rounds,
+    "rounds_completed": rounds_completed,
+    "task": c.task,
+    "model": c.model,
+    "strategy": p.strategy.describe(),
+    "participation": run.participation.describe(),
+    "clients_per_round": c.clients_per_round,
+    "num_clients": run.task.num_clients,
+    "noise_multiplier": p.noise_multiplier,
+    "training_noise_multiplier": p.training_noise_multiplier,
+    "planned_epsilon": p.epsilon,
+    "delta": c.delta,
+    "accounting": p.accounting,
+    "initial_test_accuracy": initial["accuracy"],
+    "final_test_accuracy": evaluated[-1].accuracy if evaluated else None,
+    "final_test_loss": evaluated[-1].test_loss if evaluated else None,
+    "accuracy_note": run.task.accuracy_note,
+    "refused_checkins": int(sum(r.refused_checkins for r in records)),
+    "early_checkins_admitted": int(sum(r.early_admitted for r in records)),
+    "clipped_updates": int(sum(r.clipped for r in records)),
+    "zeroed_updates": int(sum(r.zeroed for r in records)),
+    "violations": int(sum(counts.values())),
+    "violation_counts": counts,
+    "median_round_seconds": _median([r.round_seconds for r in records]),
+    "seconds": seconds,
+    "audit": {
+      "observed_min_sep": audit_dict.get("observed_min_sep"),
+      "observed_max_participations": audit_dict.get("observed_max_participations"),
+      "sensitivity": audit_dict.get("sensitivity"),
+      "sensitivity_method": audit_dict.get("sensitivity_method"),
+      "rho": audit_dict.get("rho") if p.noise_multiplier else math.inf,
+      "epsilon": audit_dict.get("epsilon") if p.noise_multiplier else math.inf,
+      "delta": c.delta,
+    },
+    **(extra or {}),
+  }
+  if c.reference_clients_per_round is not None:
+    summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
+  outputs.write_json(out / "summary.json", summary)
+  return summary
+
+
+def _median(values: list[float]) -> Optional[float]:
+  if not values:
+    return None
+  values = sorted(values)
+  mid = len(values) // 2
+  return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])

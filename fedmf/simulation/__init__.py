@@ -1,1 +1,0 @@
-"""Simulation layer (programs): client timers, synthetic federated data and training drivers."""

@@ -1,0 +1,86 @@
+"""The federated part of a DP FedAvg round as one TFF computation: weights in, clipped sum out.
+
+One concept: what runs across the clients. `build_client_round(model_fn, ...)` returns a
+`tff.federated_computation`
+
+    (weights@SERVER, data@CLIENTS) -> <clipped_sum, clipped_count, zeroed_count, clients,
+                                       train=<loss, num_examples, ...>>@SERVER
+
+that broadcasts the model, trains each client for one local epoch with SGD (TFF's model-delta client
+work, `tff.learning.templates.build_model_delta_client_work`), clips every update
+(`fedmf.tff.clipping`) and sums them. Noise, the DP mean and the server optimizer run on the host
+(`fedmf.program.server`), so per round only the model weights cross the execution context in and
+one model-sized sum out; nothing of the noise state ever does.
+
+The computation has a single aggregation stage, so TFF can compile it to mergeable form and split
+the clients over several workers (`fedmf.tff.workers`).
+
+Updates follow TFF's model-delta convention: update = initial weights − trained weights.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedmf.tff import clipping
+
+
+def build_client_round(
+  model_fn: Callable[[], Any],
+  *,
+  client_learning_rate: float,
+  clip_norm: float,
+  zeroing_linf: Optional[float] = None,
+):
+  """The federated part of a round (see the module docstring).
+
+  Args:
+    model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
+    client_learning_rate: client SGD learning rate (one local epoch over the client's data).
+    clip_norm: ζ, the L2 bound of each client's update.
+    zeroing_linf: updates whose largest |entry| exceeds this are zeroed (None: never).
+
+  Returns:
+    (computation, weights_type): the `tff.federated_computation` and the type of its weights
+    argument (`tff.learning.models.ModelWeights` of the model).
+  """
+  client_work = tff.learning.templates.build_model_delta_client_work(
+    model_fn,
+    tff.learning.optimizers.build_sgdm(client_learning_rate),
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+  )
+  weights_type = client_work.next.type_signature.parameter[1].member
+  data_type = client_work.next.type_signature.parameter[2].member
+  update_type = client_work.next.type_signature.result.result.member.update
+
+  @tff.tensorflow.computation(update_type)
+  def clip_fn(update):
+    clipped, was_clipped, was_zeroed = clipping.clip_update(
+      tf.nest.flatten(update), clip_norm, zeroing_linf
+    )
+    return (
+      tf.nest.pack_sequence_as(update, clipped),
+      was_clipped,
+      was_zeroed,
+      tf.constant(1, tf.int32),
+    )
+
+  @tff.federated_computation(
+    tff.FederatedType(weights_type, tff.SERVER), tff.FederatedType(data_type, tff.CLIENTS)
+  )
+  def client_round(weights, data):
+    output = client_work.next(client_work.initialize(), tff.federated_broadcast(weights), data)
+    clipped, was_clipped, was_zeroed, one = tff.federated_map(clip_fn, output.result.update)
+    return collections.OrderedDict(
+      clipped_sum=tff.federated_sum(clipped),
+      clipped_count=tff.federated_sum(was_clipped),
+      zeroed_count=tff.federated_sum(was_zeroed),
+      clients=tff.federated_sum(one),
+      train=output.measurements,
+    )
+
+  return client_round, weights_type

@@ -1,0 +1,84 @@
+"""The training config: YAML + dotted overrides, strict keys and values, the shipped configs."""
+
+from pathlib import Path
+
+import pytest
+
+from fedmf.program.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write(tmp_path, text):
+  path = tmp_path / "c.yaml"
+  path.write_text(text)
+  return path
+
+
+def test_yaml_and_overrides(tmp_path):
+  path = _write(tmp_path, "rounds: 50\nnoise_multiplier: 1.5\nparticipation:\n  min_sep: 5\n")
+  c = load_config(path, ["participation.model=epoch_shuffle", "rounds=60", "delta=1e-8"])
+  assert (c.rounds, c.noise_multiplier, c.delta) == (60, 1.5, 1e-8)
+  assert (c.participation.model, c.participation.min_sep) == ("epoch_shuffle", 5)
+  assert load_config(path, ["noise_seed=18446744073709551615"]).noise_seed == 2**64 - 1
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (["roundz=3"], "did you mean 'rounds'"),
+    (["participation.min_spe=3"], "participation.min_sep"),
+    (["rounds=abc"], "rounds must be an integer"),
+    (["rounds=0"], "rounds must be an integer >= 1"),
+    (["rounds=2.5"], "rounds must be an integer"),
+    (["noise_multiplier=null"], "give target_epsilon or noise_multiplier"),
+    (["noise_multiplier=-1"], "noise_multiplier"),
+    (["noise_multiplier=.nan"], "noise_multiplier must be finite"),
+    (["delta=1.5"], "delta"),
+    (["participation.server_guard=maybe"], "true or false"),
+    (["participation=3"], "section"),
+    (["mechanism=tre"], "mechanism must be one of"),
+    (["task=stackoverflow"], "--data-dir"),
+    (["noise_seed=18446744073709551616"], "noise_seed"),
+    (["warmup_fraction=0.8"], "warmup_fraction \\+ cooldown_fraction"),
+    (["clients_per_round=5000"], "exceeds num_clients"),
+    (["participation.model=fancy"], "participation.model"),
+    (["rounds"], "KEY=VALUE"),
+  ],
+)
+def test_bad_values_are_one_line_errors_naming_the_key(tmp_path, overrides, message):
+  path = _write(tmp_path, "noise_multiplier: 1.0\nparticipation:\n  min_sep: 5\n")
+  with pytest.raises(ConfigError, match=message) as e:
+    load_config(path, overrides)
+  assert "\n" not in str(e.value)
+
+
+def test_missing_and_malformed_files(tmp_path):
+  with pytest.raises(ConfigError, match="not found"):
+    load_config(tmp_path / "none.yaml")
+  with pytest.raises(ConfigError, match="not valid YAML"):
+    load_config(_write(tmp_path, "rounds: [1, 2\n"))
+  with pytest.raises(ConfigError, match="mapping"):
+    load_config(_write(tmp_path, "- 1\n- 2\n"))
+
+
+def test_cheap_simulation_factor():
+  c = load_config(
+    None,
+    [
+      "noise_multiplier=1",
+      "participation.min_sep=5",
+      "clients_per_round=10",
+      "reference_clients_per_round=100",
+    ],
+  )
+  assert c.noise_scale_factor == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
+  "name", sorted(p.name for p in (ROOT / "simulations" / "configs").glob("*.yaml"))
+)
+def test_shipped_configs_validate(name):
+  path = ROOT / "simulations" / "configs" / name
+  c = load_config(path, data_dir="/nonexistent")  # StackOverflow configs need a data dir.
+  assert c.rounds >= 1
