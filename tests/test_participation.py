@@ -148,30 +148,43 @@ def test_arrays_match_python_on_random_ids(tmp_path_factory, rows, ext, dup):
   os.remove(path)
 
 
-@pytest.mark.parametrize("ids,mode", [
-    (["1", "12", "12345678", "007", "7", "12"], "raw"),
-    (["123456789012", "1", "123456789012", "0000000000000000"], "compact"),
-    (["é", "éé", "a", "é", "aé"], "compact"),  # Non-ASCII: the gather path.
-    (["a\x00", "a", "\x00", "a\x00"], "raw"),
-    (["x" * 39, "y", "x" * 38], "compact"),  # 3^39 < 2^63.
-    ([chr(i) for i in range(1, 128)] * 2, "compact"),  # No free pad byte.
-    (["0123456789abcdef0123", "f"], None),  # 17^20 >= 2^63: not packed.
+@pytest.mark.parametrize("batches", [
+    [["1", "12", "12345678", "007", "7", "12"]],
+    [["123456789012", "1", "123456789012", "0000000000000000"]],  # Two key words.
+    [["é", "éé", "a", "é", "aé"], ["日本", "é"]],  # Non-ASCII bytes.
+    [["a", "b", "a"], ["a\x00", "a", "\x00", "a\x00"], ["a", "\x00\x00"]],  # NUL: length word.
+    [["y"], ["x" * 39, "y", "x" * 38], ["x" * 100, "x" * 39]],  # Widening between batches.
+    [[chr(i) for i in range(1, 128)] * 2],
+    [["0123456789abcdef0123", "f"]],
 ])
-def test_id_packer_modes_roundtrip(ids, mode):
-  arr = pa.array(ids, pa.string())
-  for a in (arr, pa.concat_arrays([pa.array(["zz"]), arr]).slice(1)):  # Also a sliced array.
-    packer = P._IdPacker()
-    packer.observe(a)
-    if mode is None:
-      assert not packer.fits()
-      continue
-    assert packer.fits() and packer.raw == (mode == "raw")
-    keys = packer.pack(a)
-    assert keys.dtype == np.int64 and keys.shape == (len(ids),)
-    # Injective: equal keys exactly for equal ids; unpack inverts.
-    assert len(set(keys.tolist())) == len(set(ids))
-    assert {k: c for k, c in zip(keys.tolist(), ids)} == dict(zip(keys.tolist(), ids))
-    assert packer.unpack(keys).to_pylist() == ids
+def test_client_index_codes_in_first_appearance_order(batches):
+  """Codes number ids by first appearance across batches; client_ids() inverts them."""
+  for sliced in (False, True):
+    index = P.ClientIndex()
+    seen: dict[str, int] = {}
+    for ids in batches:
+      arr = pa.array(ids, pa.string())
+      if sliced:  # Arrow arrays with an offset into shared buffers.
+        arr = pa.concat_arrays([pa.array(["zz"]), arr]).slice(1)
+      codes = index.codes(arr)
+      assert codes.dtype == np.int32
+      for i in ids:
+        seen.setdefault(i, len(seen))
+      assert codes.tolist() == [seen[i] for i in ids]
+    assert len(index) == len(seen)
+    assert index.client_ids().to_pylist() == list(seen)
+
+
+def test_client_index_many_ids_and_table_growth():
+  rng = np.random.default_rng(0)
+  ids = rng.integers(0, 50_000, 200_000).astype(str)
+  index = P.ClientIndex()
+  codes = np.concatenate([index.codes(pa.array(ids[i:i + 30_000])) for i in range(0, 200_000,
+                                                                                   30_000)])
+  _, first = np.unique(ids, return_index=True)
+  expected_order = ids[np.sort(first)]
+  assert index.client_ids().to_pylist() == expected_order.tolist()
+  assert (index.client_ids().to_numpy(zero_copy_only=False)[codes] == ids).all()
 
 
 def test_csv_integral_float_rounds_after_first_block(tmp_path, monkeypatch):

@@ -6,7 +6,8 @@ Extra columns (a timestamp, a cohort id, ...) are preserved but not required.
 
 Formats, chosen by extension: ``.csv`` (with header), ``.jsonl`` (JSON Lines), either optionally
 ``.gz``; and ``.parquet``. Reading streams (CSV, Parquet) or is columnar (JSONL) with pyarrow, so a
-10-million-row log never becomes 10 million Python objects.
+10-million-row log never becomes 10 million Python objects. Client ids become dense integer codes
+through ``ClientIndex``, a hash table over the ids' bytes vectorized with numpy.
 
 The writer is atomic: rows go to a hidden temporary file next to the target, and ``close()`` fsyncs
 and renames it to the final name. A crash never leaves a half-written log under the final name (the
@@ -38,7 +39,7 @@ CLIENT_ID = "client_id"
 REQUIRED_COLUMNS = (ROUND, CLIENT_ID)
 SUFFIXES = (".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".parquet")
 
-_CSV_BLOCK_SIZE = 1 << 24  # 16 MiB per streamed CSV block.
+_CSV_BLOCK_SIZE = 1 << 22  # 4 MiB per streamed CSV block (~300k rows of a typical log).
 _JSONL_CHUNK_ROWS = 100_000
 
 
@@ -150,15 +151,45 @@ def _arrow_error(path: str, e: Exception) -> ParticipationLogError:
   return ParticipationLogError(f"{path}: {msg}")
 
 
-def _progress(path: str, enabled: bool):
-  if not enabled:
-    return None
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  return tqdm(total=None, unit=" rows", unit_scale=True, desc=f"reading {os.path.basename(path)}",
-              file=sys.stderr, leave=False)
+class _Progress:
+  """A tqdm bar on stderr (when enabled): bytes of the file read for CSV, rows for Parquet/JSONL."""
+
+  def __init__(self, path: str, enabled: bool, fmt: LogFormat):
+    self.bar = None
+    if not enabled:
+      return
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    desc = f"reading {os.path.basename(path)}"
+    if fmt.kind == "csv":  # Position in the file itself (compressed bytes for .csv.gz).
+      self.bar = tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, unit_divisor=1024,
+                      desc=desc, file=sys.stderr, leave=False)
+    else:
+      total = None
+      if fmt.kind == "parquet":
+        import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+        try:
+          total = pq.ParquetFile(path).metadata.num_rows
+        except (pa.ArrowInvalid, OSError):
+          pass
+      self.bar = tqdm(total=total, unit=" rows", unit_scale=True, desc=desc, file=sys.stderr,
+                      leave=False)
+
+  def position(self, position: int) -> None:
+    """CSV: the file has been read up to ``position`` bytes."""
+    if self.bar is not None and self.bar.unit == "B":
+      self.bar.update(max(0, min(position, self.bar.total) - self.bar.n))
+
+  def rows(self, rows: int) -> None:
+    if self.bar is not None and self.bar.unit != "B":
+      self.bar.update(rows)
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
 
 
-def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Iterator[Any]:
+def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None,
+              progress: Optional[_Progress] = None) -> Iterator[Any]:
   import pyarrow.csv as pacsv  # pylint: disable=g-import-not-at-top
   header = _csv_header(path, fmt)
   _missing(path, header)
@@ -175,8 +206,10 @@ def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Itera
         column_types={ROUND: round_type, CLIENT_ID: pa.string()}, include_columns=include,
         null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=False)
     skip = emitted
+    raw = None
     try:
-      stream = pa.input_stream(path, compression="gzip" if fmt.gzip else None)
+      raw = pa.OSFile(path, "rb")
+      stream = pa.CompressedInputStream(raw, "gzip") if fmt.gzip else raw
       reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_SIZE),
                               convert_options=convert)
       while True:
@@ -191,6 +224,8 @@ def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Itera
           batch = batch.slice(skip)
           skip = 0
         emitted += batch.num_rows
+        if progress is not None:
+          progress.position(raw.tell())
         yield batch
     except pa.ArrowInvalid as e:
       if pa.types.is_integer(round_type) and "conversion error to int64" in str(e):
@@ -198,6 +233,9 @@ def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Itera
       raise _arrow_error(path, e) from None
     except (pa.ArrowIOError, OSError, EOFError) as e:
       raise _arrow_error(path, e) from None
+    finally:
+      if raw is not None:
+        raw.close()
 
 
 def _iter_jsonl(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Iterator[Any]:
@@ -278,7 +316,7 @@ def iter_log_batches(path: str | os.PathLike[str], columns: Sequence[str] | None
   Args:
     path: A ``.csv``, ``.csv.gz``, ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file.
     columns: Columns to read (must include 'round' and 'client_id'); None reads all, extras kept.
-    progress: Show a tqdm row counter on stderr.
+    progress: Show a tqdm progress bar on stderr (the caller decides: e.g. only on a terminal).
 
   Raises:
     ParticipationLogError: missing file, empty log, missing column, bad round or client_id.
@@ -288,13 +326,13 @@ def iter_log_batches(path: str | os.PathLike[str], columns: Sequence[str] | None
   _check_exists(path)
   if columns is not None:
     columns = list(dict.fromkeys(list(REQUIRED_COLUMNS) + list(columns)))
+  bar = _Progress(path, progress, fmt)
   if fmt.kind == "csv":
-    batches = _iter_csv(path, fmt, columns)
+    batches = _iter_csv(path, fmt, columns, bar)
   elif fmt.kind == "jsonl":
     batches = _iter_jsonl(path, fmt, columns)
   else:
     batches = _iter_parquet(path, columns)
-  bar = _progress(path, progress)
   row = 1
   total = 0
   try:
@@ -304,12 +342,10 @@ def iter_log_batches(path: str | os.PathLike[str], columns: Sequence[str] | None
       table = _validate_batch(path, batch, row)
       row += table.num_rows
       total += table.num_rows
-      if bar is not None:
-        bar.update(table.num_rows)
+      bar.rows(table.num_rows)
       yield table
   finally:
-    if bar is not None:
-      bar.close()
+    bar.close()
   if total == 0:
     raise ParticipationLogError(f"{path}: empty log (no participation rows)")
 
@@ -343,40 +379,36 @@ class ParticipationArrays:
     return int(self.rounds.shape[0])
 
 
+def iter_participation_codes(path: str | os.PathLike[str], index: "ClientIndex",
+                             progress: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """Streams a log as (rounds int64, codes int32) per batch; ``index`` maps ids to codes.
+
+  New ids are added to ``index`` (codes number the clients in order of first appearance), so a
+  second pass with the same index gives the same codes. Memory: one batch plus the index.
+  """
+  for table in iter_log_batches(path, columns=REQUIRED_COLUMNS, progress=progress):
+    rounds = table.column(ROUND).to_numpy()
+    chunks = table.column(CLIENT_ID).chunks
+    codes = index.codes(chunks[0]) if len(chunks) == 1 else np.concatenate(
+        [index.codes(chunk) for chunk in chunks])
+    yield rounds, codes
+
+
 def read_participation_arrays(path: str | os.PathLike[str],
                               progress: bool = False) -> ParticipationArrays:
-  """Reads only (round, client_id) into numpy rounds + dictionary codes (≈ 8 bytes/row + the ids).
+  """Reads only (round, client_id) into numpy rounds + codes (12 bytes/row + the distinct ids).
 
   ``codes`` number the clients in order of first appearance in the log and ``client_ids`` lists them
-  in that order (as ``pyarrow.compute.dictionary_encode`` would). Fast path: when the ids are short
-  enough to be packed losslessly into an int64 (``_IdPacker``), the int64 keys are hashed instead of
-  the strings (≈ 5× faster); otherwise the strings are dictionary-encoded. Same result either way.
+  in that order (as ``pyarrow.compute.dictionary_encode`` would), through ``ClientIndex``.
   """
+  index = ClientIndex()
   round_chunks: list[np.ndarray] = []
-  id_chunks: list[pa.Array] = []
-  packer = _IdPacker()
-  for table in iter_log_batches(path, columns=REQUIRED_COLUMNS, progress=progress):
-    round_chunks.append(table.column(ROUND).to_numpy())
-    for chunk in table.column(CLIENT_ID).chunks:
-      packer.observe(chunk)
-      id_chunks.append(chunk)
-  rounds = np.concatenate(round_chunks)
-  del round_chunks
-  if packer.fits():
-    # Pack chunk by chunk, freeing the strings as we go, then hash int64 keys.
-    key_chunks = []
-    while id_chunks:
-      key_chunks.append(pa.array(packer.pack(id_chunks.pop(0)), pa.int64()))
-    encoded = pc.dictionary_encode(pa.chunked_array(key_chunks, type=pa.int64()))
-    del key_chunks
-    codes = np.concatenate([c.indices.to_numpy() for c in encoded.chunks])
-    dictionary = packer.unpack(encoded.chunks[0].dictionary.to_numpy())
-    return ParticipationArrays(rounds=rounds, codes=codes, client_ids=dictionary)
-  encoded = pc.dictionary_encode(pa.chunked_array(id_chunks, type=pa.string()))
-  del id_chunks
-  codes = np.concatenate([c.indices.to_numpy() for c in encoded.chunks])
-  dictionary = encoded.chunks[0].dictionary if encoded.num_chunks else pa.array([], pa.string())
-  return ParticipationArrays(rounds=rounds, codes=codes, client_ids=dictionary)
+  code_chunks: list[np.ndarray] = []
+  for rounds, codes in iter_participation_codes(path, index, progress=progress):
+    round_chunks.append(rounds)
+    code_chunks.append(codes)
+  return ParticipationArrays(rounds=np.concatenate(round_chunks).astype(np.int64, copy=False),
+                             codes=np.concatenate(code_chunks), client_ids=index.client_ids())
 
 
 def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -388,121 +420,287 @@ def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
   return offsets, data
 
 
-class _IdPacker:
-  """Packs short client ids losslessly into 64-bit keys, vectorized (no Python objects per row).
+# Masks keeping the first l bytes of a little-endian 64-bit word, l = 0..8.
+_BYTE_MASKS = np.array([(1 << (8 * l)) - 1 for l in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+# Odd multipliers: words of a long id are combined with the next ones, the hash is a multiply,
+# xor-shift, multiply (splitmix64's constants; Steele, Lea & Flood 2014).
+_WORD_MULTIPLIERS = (0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53,
+                     0x9E3779B97F4A7C15)
+_HASH_1 = np.uint64(0x9E3779B97F4A7C15)
+_HASH_2 = np.uint64(0xBF58476D1CE4E5B9)
 
-  Two encodings, chosen once all ids have been observed (``fits``):
-  - ``raw``: ASCII ids of at most 8 bytes, right-padded with a byte that occurs in no id, are read
-    as one little-endian 64-bit word each (injective since the pad byte only fills the end);
-  - ``compact``: an id of bytes s_0..s_{L-1} becomes sum_j sym(s_j) · base^(Lmax-1-j), where sym maps
-    the bytes occurring in the log to 1..A (in byte order) and the positions past the end of shorter
-    ids are 0 (base = A + 1). Injective (0 only pads the end); requires base^Lmax < 2^63: e.g.
-    decimal ids up to 18 characters, hex ids up to 15, alphanumeric ids up to 10.
-  ``unpack`` inverts either encoding. Longer ids are not packed (the caller hashes the strings).
+
+def _id_words(arr: pa.Array, num_words: int) -> tuple[list[np.ndarray], np.ndarray, bool]:
+  """Each id's bytes, zero-padded to ``num_words`` little-endian 64-bit words (vectorized).
+
+  Returns (words: ``num_words`` uint64 arrays, lengths, whether some id has a NUL byte). Ids longer
+  than ``8 * num_words`` bytes are the caller's to widen (``lengths`` tells). Each word is one
+  unaligned 8-byte load per id through a byte-strided view of arrow's data buffer, masked to the
+  id's length: no copy of the strings.
+  """
+  offsets, data = _string_buffers(arr)
+  lengths = np.diff(offsets)
+  lo, hi = int(offsets[0]), int(offsets[-1])
+  has_nul = bool(hi > lo and np.count_nonzero(data[lo:hi]) != hi - lo)
+  size = data.shape[0]
+  if size < 16:  # Tiny buffer: a zero-padded copy is simplest.
+    data = np.concatenate([data, np.zeros(16, np.uint8)])
+    size = data.shape[0]
+  # words_at[p] = the 8 bytes data[p:p+8], for p <= size - 8.
+  words_at = np.ndarray(shape=(size - 7,), dtype="<u8", buffer=data, strides=(1,))
+  # Loads starting in the last 8 bytes of the buffer read a zero-padded copy of its tail instead.
+  tail = np.zeros(24, dtype=np.uint8)
+  tail[:8] = data[size - 8:]
+  tail_words = np.ndarray(shape=(17,), dtype="<u8", buffer=tail, strides=(1,))
+  starts = offsets[:-1]
+  words = []
+  for j in range(num_words):
+    # Starts increase, so the ids whose j-th load would run past the buffer are a suffix.
+    cut = int(np.searchsorted(starts, size - 8 - 8 * j, side="right"))
+    word = np.empty(starts.shape[0], dtype=np.uint64)
+    word[:cut] = words_at[starts[:cut] + 8 * j if j else starts[:cut]]
+    if cut < starts.shape[0]:
+      pos = starts[cut:].astype(np.int64) + 8 * j - (size - 8)
+      word[cut:] = tail_words[np.clip(pos, 0, 16)]
+    if j:
+      word &= _BYTE_MASKS[np.clip(lengths - 8 * j, 0, 8)]
+    else:
+      word &= _BYTE_MASKS[np.minimum(lengths, 8)]
+    words.append(word)
+  return words, lengths, has_nul
+
+
+class ClientIndex:
+  """Client id strings -> dense int32 codes, numbered in order of first appearance.
+
+  A hash table over the ids' bytes, vectorized over a batch of ids (no Python per row). An id's key
+  is its bytes zero-padded to whole 64-bit words: injective as long as no id contains a NUL byte;
+  once one does, the id's length is prepended as a further key word (and the table rebuilt). Key
+  word 0 is never 0 (a length >= 1, or a first byte that is not NUL), so 0 marks an empty slot.
+
+  Open addressing with linear probing (Knuth, TAOCP vol. 3, 6.4) at load <= 1/4, without
+  wrap-around (a spill area follows the last home slot). A slot is one row of ``_cells``: the key
+  words, then the code, so a lookup touches one cache line; about 88% of the ids are found in their
+  home slot, and a random memory access is most of the cost, hence the low load. Arrow's own hash
+  kernels (dictionary_encode, unique) are 10-100x slower than this on 10M-row logs
+  (docs/benchmarks.md, section 2).
+
+  Memory: 4 x 8 x (key words + 1) bytes per distinct client (64 bytes for ids of <= 8 bytes).
   """
 
+  _LOAD_SHIFT = 2  # At most 2^-2 of the home slots hold a key.
+  _SPILL = 64      # Slots after the last home slot that probes may use before the table grows.
+
   def __init__(self):
-    self.present = np.zeros(256, dtype=bool)
-    self.max_len = 0
+    self._num_words = 1        # Byte words per key.
+    self._with_length = False  # Keys start with a length word (an id had a NUL byte).
+    self._size = 0
+    self._allocate(10)
 
-  def observe(self, arr: pa.Array) -> None:
-    if not len(arr):
-      return
-    offsets, data = _string_buffers(arr)
-    self.max_len = max(self.max_len, int(np.diff(offsets).max()))
-    if self.fits():  # Only worth scanning the bytes while packing is still possible.
-      used = pc.unique(pa.array(data[int(offsets[0]):int(offsets[-1])])).to_numpy()
-      self.present[used] = True
+  def __len__(self) -> int:
+    return self._size
 
   @property
-  def base(self) -> int:
-    return int(self.present.sum()) + 1
+  def _width(self) -> int:
+    return self._num_words + self._with_length
 
-  @property
-  def pad(self) -> Optional[int]:
-    """An ASCII byte (1..127) occurring in no id, when all ids are ASCII; else None."""
-    if self.present[128:].any():
-      return None
-    free = np.flatnonzero(~self.present[1:128])
-    return int(free[-1]) + 1 if free.size else None
+  def _allocate(self, bits: int) -> None:
+    """Empty cells: 2^bits home slots + spill + one slot never used (it ends every probe)."""
+    self._bits = bits
+    self._cells = np.zeros(((1 << bits) + self._SPILL + 1, self._width + 1), np.uint64)
 
-  @property
-  def raw(self) -> bool:
-    return 0 < self.max_len <= 8 and self.pad is not None
+  def _key_col(self, j: int) -> np.ndarray:
+    return self._cells[:, j]
 
-  def fits(self) -> bool:
-    return self.max_len > 0 and (self.raw or self.base ** self.max_len < 2**63)
+  def _code_col(self) -> np.ndarray:
+    return self._cells[:, -1].view(np.int64)
 
-  def _lut(self, dtype=np.int64) -> np.ndarray:
-    lut = np.zeros(256, dtype=dtype)
-    lut[self.present] = np.arange(1, self.base, dtype=dtype)
-    return lut
+  # -- keys and hashing --------------------------------------------------------------------------
 
-  def _padded(self, arr: pa.Array, width: int) -> Optional[np.ndarray]:
-    """[rows, width] uint8 matrix of the ids right-padded with ``pad`` (ASCII only), or None."""
-    pad = self.pad
-    if pad is None:
-      return None
-    padded = pc.ascii_rpad(arr, width=width, padding=chr(pad))
-    offsets, data = _string_buffers(padded)
-    n = len(padded)
-    if int(offsets[-1]) - int(offsets[0]) != n * width:  # Not fixed-width: let the caller gather.
-      return None
-    return data[int(offsets[0]):int(offsets[-1])].reshape(n, width)
+  def _batch_keys(self, ids: pa.Array) -> list[np.ndarray]:
+    """The key words of a batch of ids, widening the index first if the batch needs it."""
+    offsets, _ = _string_buffers(ids)
+    needed = max(1, -(-int(np.diff(offsets).max()) // 8))
+    if needed > self._num_words:  # Zero words change neither keys nor hashes: add empty columns.
+      cells = np.zeros((self._cells.shape[0], self._width + 1 + needed - self._num_words),
+                       np.uint64)
+      cells[:, :self._width] = self._cells[:, :self._width]
+      cells[:, -1] = self._cells[:, -1]
+      self._cells = cells
+      self._num_words = needed
+    words, lengths, has_nul = _id_words(ids, self._num_words)
+    if has_nul and not self._with_length:
+      self._add_length_word()
+    if self._with_length:
+      return [lengths.astype(np.uint64)] + words
+    return words
 
-  def pack(self, arr: pa.Array) -> np.ndarray:
-    if self.raw:
-      mat = self._padded(arr, 8)
-      if mat is not None:
-        return np.ascontiguousarray(mat).view("<u8").reshape(-1).view(np.int64)
-      raise AssertionError("raw id packing needs fixed-width padded ids")  # Unreachable for ASCII.
-    base = self.base
-    key = np.zeros(len(arr), dtype=np.int64)
-    mat = self._padded(arr, self.max_len)
-    if mat is not None:  # Pad byte maps to symbol 0.
-      syms = np.take(self._lut(np.uint8), mat)
-      for j in range(self.max_len):
-        key *= base
-        key += syms[:, j]
-      return key
-    offsets, data = _string_buffers(arr)
-    lut = self._lut()
-    starts = offsets[:-1].astype(np.int64)
-    lengths = np.diff(offsets).astype(np.int64)
-    last = max(int(offsets[-1]) - 1, 0)
-    sym = np.empty(len(arr), dtype=np.int64)
-    for j in range(self.max_len):
-      pos = np.minimum(starts + j, last)
-      np.take(lut, data[pos], out=sym)
-      sym[lengths <= j] = 0
-      key *= base
-      key += sym
-    return key
+  def _add_length_word(self) -> None:
+    """Prepends each key's length (no id so far had a NUL byte: its nonzero bytes), rehashes."""
+    keys, codes = self._entries()
+    mat = np.stack(keys, axis=1).astype("<u8").view(np.uint8).reshape(codes.shape[0],
+                                                                       8 * len(keys))
+    lengths = np.count_nonzero(mat, axis=1).astype(np.uint64)
+    self._with_length = True
+    self._rebuild(self._bits, [lengths] + keys, codes)
 
-  def unpack(self, keys: np.ndarray) -> pa.Array:
-    """The string ids of packed keys (same order)."""
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
-    u = keys.shape[0]
-    if self.raw:
-      mat = keys.view(np.uint8).reshape(u, 8)
-      mask = mat != self.pad
-      data = mat[mask]
+  def _hash_slots(self, keys: list[np.ndarray]) -> np.ndarray:
+    """Home slots: multiply, xor-shift, multiply of the words (combined by odd multipliers)."""
+    h = keys[0] * _HASH_1
+    for j, word in enumerate(keys[1:]):
+      h ^= word * np.uint64(_WORD_MULTIPLIERS[j % len(_WORD_MULTIPLIERS)])
+    h ^= h >> np.uint64(29)
+    h *= _HASH_2
+    h >>= np.uint64(64 - self._bits)
+    return h.view(np.int64)
+
+  def _entries(self) -> tuple[list[np.ndarray], np.ndarray]:
+    """(key words, codes) of the occupied slots."""
+    used = np.flatnonzero(self._key_col(0))
+    return [self._key_col(j)[used] for j in range(self._width)], self._code_col()[used]
+
+  def _lookup(self, slot: np.ndarray, keys: list[np.ndarray], rows=None):
+    """(whether slot i holds row i's key, the slot's code): one take of whole cells."""
+    cells = np.take(self._cells, slot, axis=0)
+    match = None
+    for j, word in enumerate(keys):
+      eq = cells[:, j] == (word if rows is None else word[rows])
+      match = eq if match is None else np.logical_and(match, eq, out=match)
+    return match, cells[:, -1].view(np.int64)
+
+  # -- lookups and inserts -----------------------------------------------------------------------
+
+  def _find(self, keys: list[np.ndarray]) -> np.ndarray:
+    """Codes of the keys, -1 where absent."""
+    hit, codes = self._lookup(self._hash_slots(keys), keys)
+    if hit.all():
+      return codes
+    codes = codes.copy()
+    miss = np.flatnonzero(~hit)
+    # Linear probing from the home slot: a probe ends at the key or at an empty slot.
+    codes[miss] = -1
+    pending, slot = miss, self._hash_slots([k[miss] for k in keys])
+    key0 = self._key_col(0)
+    while pending.size:
+      occupied = key0[slot] != 0
+      pending, slot = pending[occupied], slot[occupied] + 1
+      if not pending.size:
+        break
+      hit, found = self._lookup(slot, keys, pending)
+      codes[pending[hit]] = found[hit]
+      miss = ~hit
+      pending, slot = pending[miss], slot[miss]
+    return codes
+
+  def _place(self, keys: list[np.ndarray], codes: np.ndarray) -> bool:
+    """Puts distinct absent keys into free slots (vectorized probing); False if the spill is full."""
+    slot = self._hash_slots(keys)
+    limit = (1 << self._bits) + self._SPILL
+    key0, code_col = self._key_col(0), self._code_col()
+    while slot.size:
+      if slot.max() >= limit:
+        return False
+      claim = np.flatnonzero(key0[slot] == 0)
+      code_col[slot[claim]] = codes[claim]  # Keys landing on one free slot: one of them wins it.
+      won = claim[code_col[slot[claim]] == codes[claim]]
+      for j, word in enumerate(keys):
+        self._key_col(j)[slot[won]] = word[won]
+      if won.shape[0] == slot.shape[0]:
+        return True
+      rest = np.ones(slot.shape[0], dtype=bool)
+      rest[won] = False
+      slot, codes, keys = slot[rest] + 1, codes[rest], [word[rest] for word in keys]
+    return True
+
+  def _rebuild(self, bits: int, keys: list[np.ndarray], codes: np.ndarray) -> None:
+    """A table of 2^bits home slots (or more, if the spill overflows) holding the given entries."""
+    while True:
+      self._allocate(bits)
+      if self._place(keys, codes):
+        return
+      bits += 1
+
+  def _insert(self, keys: list[np.ndarray]) -> np.ndarray:
+    """Adds absent keys (repeats allowed), numbered in order of first appearance; their codes.
+
+    No sort: each row probes for its key or a free slot; a free slot is claimed by writing the
+    provisional code -1 - row (one claimant wins and writes its key, the others see that key and
+    either share the slot or probe on). The largest mark of a slot is its key's first row, and the
+    first rows, in row order, receive the next codes.
+    """
+    rows = keys[0].shape[0]
+    if ((self._size + rows) << self._LOAD_SHIFT) > (1 << self._bits):
+      self._rebuild(max(self._bits, (((self._size + rows) << self._LOAD_SHIFT) - 1).bit_length()),
+                    *self._entries())
+    mark = -1 - np.arange(rows, dtype=np.int64)
+    row_slot = np.empty(rows, dtype=np.int64)
+    pending = np.arange(rows)
+    slot = self._hash_slots(keys)
+    limit = (1 << self._bits) + self._SPILL
+    key0, code_col = self._key_col(0), self._code_col()
+    while pending.size:
+      if slot.max() >= limit:  # Spill full: grow, drop the provisional entries, start over.
+        self._rebuild(self._bits + 1, *self._entries_below(self._size))
+        return self._insert(keys)
+      claim = np.flatnonzero(key0[slot] == 0)
+      code_col[slot[claim]] = mark[pending[claim]]
+      won = claim[code_col[slot[claim]] == mark[pending[claim]]]
+      for j, word in enumerate(keys):
+        self._key_col(j)[slot[won]] = word[pending[won]]
+      # Resolved: the slot holds this row's key (its own claim or an earlier row's).
+      resolved, _ = self._lookup(slot, keys, pending)
+      done = np.flatnonzero(resolved)
+      row_slot[pending[done]] = slot[done]
+      rest = ~resolved
+      pending, slot = pending[rest], slot[rest] + 1
+    np.maximum.at(code_col, row_slot, mark)  # The mark of each new key's first row.
+    first = mark == code_col[row_slot]
+    new = int(np.count_nonzero(first))
+    code_col[row_slot[first]] = np.arange(self._size, self._size + new)
+    self._size += new
+    return code_col[row_slot].astype(np.int32)
+
+  def _entries_below(self, size: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Entries with codes in [0, size): the table without provisional (negative) codes."""
+    keys, codes = self._entries()
+    keep = codes >= 0
+    return [k[keep] for k in keys], codes[keep]
+
+  def codes(self, ids: pa.Array) -> np.ndarray:
+    """int32 codes of a string array of ids (non-null, non-empty), adding ids not seen before."""
+    if not len(ids):
+      return np.zeros(0, np.int32)
+    keys = self._batch_keys(ids)
+    codes = self._find(keys)
+    missing = np.flatnonzero(codes < 0)
+    if missing.size:
+      codes[missing] = self._insert([k[missing] for k in keys])
+    return codes.astype(np.int32)
+
+  # -- the dictionary ----------------------------------------------------------------------------
+
+  def client_ids(self) -> pa.Array:
+    """The distinct ids as a pyarrow string array, in code order."""
+    count = self._size
+    if not count:
+      return pa.array([], pa.string())
+    keys, codes = self._entries()
+    by_code = np.empty((count, len(keys)), dtype="<u8")
+    for j, k in enumerate(keys):
+      by_code[codes, j] = k
+    byte_words = by_code[:, 1:] if self._with_length else by_code
+    mat = np.ascontiguousarray(byte_words).view(np.uint8).reshape(count, -1)
+    if self._with_length:
+      lengths = by_code[:, 0].astype(np.int64)
     else:
-      keys = keys.copy()
-      base = self.base
-      inv = np.flatnonzero(self.present).astype(np.uint8)  # symbol s (1-based) -> byte inv[s-1]
-      syms = np.empty((u, self.max_len), dtype=np.int64)
-      for j in range(self.max_len - 1, -1, -1):
-        syms[:, j] = keys % base
-        keys //= base
-      mask = syms > 0
-      data = inv[syms[mask] - 1]
-    offsets = np.zeros(u + 1, dtype=np.int64)
-    np.cumsum(mask.sum(axis=1), out=offsets[1:])
+      lengths = np.count_nonzero(mat, axis=1)
+    data = mat[np.arange(mat.shape[1]) < lengths[:, None]]
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] < 2**31:
-      return pa.StringArray.from_buffers(u, pa.py_buffer(offsets.astype(np.int32)),
+      return pa.StringArray.from_buffers(count, pa.py_buffer(offsets.astype(np.int32)),
                                          pa.py_buffer(data))
-    return pa.LargeStringArray.from_buffers(u, pa.py_buffer(offsets), pa.py_buffer(data))
+    return pa.LargeStringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 # ---------------------------------------------------------------------------------------------------
