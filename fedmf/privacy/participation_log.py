@@ -490,6 +490,8 @@ class ClientIndex:
 
   _LOAD_SHIFT = 2  # At most 2^-2 of the home slots hold a key.
   _SPILL = 64      # Slots after the last home slot that probes may use before the table grows.
+  _INSERT_ROWS = 1 << 16
+  _SLICE_ROWS = 1 << 19
 
   def __init__(self):
     self._num_words = 1        # Byte words per key.
@@ -626,7 +628,8 @@ class ClientIndex:
     No sort: each row probes for its key or a free slot; a free slot is claimed by writing the
     provisional code -1 - row (one claimant wins and writes its key, the others see that key and
     either share the slot or probe on). The largest mark of a slot is its key's first row, and the
-    first rows, in row order, receive the next codes.
+    first rows, in row order, receive the next codes. (A key already present resolves to its slot,
+    whose code is >= 0, and keeps it.)
     """
     rows = keys[0].shape[0]
     if ((self._size + rows) << self._LOAD_SHIFT) > (1 << self._bits):
@@ -668,13 +671,19 @@ class ClientIndex:
 
   def codes(self, ids: pa.Array) -> np.ndarray:
     """int32 codes of a string array of ids (non-null, non-empty), adding ids not seen before."""
+    if len(ids) > self._SLICE_ROWS:  # Later slices then find what earlier ones added.
+      return np.concatenate([self.codes(ids.slice(lo, self._SLICE_ROWS))
+                             for lo in range(0, len(ids), self._SLICE_ROWS)])
     if not len(ids):
       return np.zeros(0, np.int32)
     keys = self._batch_keys(ids)
     codes = self._find(keys)
     missing = np.flatnonzero(codes < 0)
-    if missing.size:
-      codes[missing] = self._insert([k[missing] for k in keys])
+    # In slices, in row order (first appearance): a slice's probes stay short, and an id added by
+    # an earlier slice just resolves to its slot.
+    for lo in range(0, missing.shape[0], self._INSERT_ROWS):
+      rows = missing[lo:lo + self._INSERT_ROWS]
+      codes[rows] = self._insert([k[rows] for k in keys])
     return codes.astype(np.int32)
 
   # -- the dictionary ----------------------------------------------------------------------------
