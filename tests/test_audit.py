@@ -212,3 +212,34 @@ def test_log_statistics_key_layouts_equal_brute_force(max_round, num_clients):
   assert stats.observed_min_sep == b and stats.observed_max_participations == k
   assert {(v.client_id, v.rounds, v.reason) for v in viol} == expected
   assert stats.participations == len(set(rows)) and stats.clients == num_clients
+
+
+def test_huge_mu_takes_the_analytic_curve_instead_of_pld():
+  """A client in every round makes mu = s / sigma huge; PLD's grid (~mu^2 points) would not fit."""
+  from fedmf.privacy import accounting
+  rows = [(r, "hot") for r in range(400)] + [(0, "a")]
+  res = audit.audit_arrays(arrays(rows), BLT, 1.0, 1e-6, curve=False)
+  assert res.realized.accountant == "analytic"
+  assert any("PLD accounting would need" in w for w in res.warnings)
+  assert res.realized.epsilon == accounting.gaussian_epsilon(res.realized.sensitivity, 1e-6)
+  # A moderate mu keeps PLD.
+  res = audit.audit_arrays(arrays([(0, "a"), (3, "a")]), BLT, 2.0, 1e-6, curve=False)
+  assert res.realized.accountant == "pld" and not any("PLD" in w for w in res.warnings)
+
+
+def test_violation_limit_counts_all_lists_first(tmp_path):
+  rows = [(r, f"c{c}") for r in range(6) for c in range(5)] + [(5, "c3")]
+  path = tmp_path / "log.csv"
+  participation_log.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
+  full = audit.audit_log(path, BLT, 2.0, 1e-6, min_sep=2, max_participations=3, curve=False,
+                         accountant="analytic", violation_limit=None)
+  some = audit.audit_log(path, BLT, 2.0, 1e-6, min_sep=2, max_participations=3, curve=False,
+                         accountant="analytic", violation_limit=4)
+  assert full.violation_counts() == some.violation_counts() == {
+      "min-sep": 5, "max-participations": 5, "duplicate": 1}
+  assert some.violations.to_list() == full.violations.to_list()[:4]
+  d = some.to_dict()
+  assert d["violations_truncated"] is True and len(d["violations"]) == 4
+  assert full.to_dict()["violations_truncated"] is False
+  text = audit.format_summary(some, max_violations=2)
+  assert "... 9 more (the first 4 in --json)" in text
