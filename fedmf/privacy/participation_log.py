@@ -546,19 +546,24 @@ class ClientIndex:
     self._with_length = True
     self._rebuild(self._bits, [lengths] + keys, codes)
 
-  def _hash_slots(self, keys: list[np.ndarray]) -> np.ndarray:
-    """Home slots: multiply, xor-shift, multiply of the words (combined by odd multipliers)."""
+  def _hash(self, keys: list[np.ndarray]) -> np.ndarray:
+    """64-bit hashes: multiply, xor-shift, multiply of the words (combined by odd multipliers)."""
     h = keys[0] * _HASH_1
     for j, word in enumerate(keys[1:]):
       h ^= word * np.uint64(_WORD_MULTIPLIERS[j % len(_WORD_MULTIPLIERS)])
     h ^= h >> np.uint64(29)
     h *= _HASH_2
-    h >>= np.uint64(64 - self._bits)
+    return h
+
+  def _hash_slots(self, keys: list[np.ndarray], bits: Optional[int] = None) -> np.ndarray:
+    """Home slots: the top ``bits`` bits of the hash."""
+    h = self._hash(keys)
+    h >>= np.uint64(64 - (self._bits if bits is None else bits))
     return h.view(np.int64)
 
   def _entries(self) -> tuple[list[np.ndarray], np.ndarray]:
     """(key words, codes) of the occupied slots."""
-    used = np.flatnonzero(self._key_col(0))
+    used = np.nonzero(self._key_col(0))[0]  # (flatnonzero would copy the strided column)
     return [self._key_col(j)[used] for j in range(self._width)], self._code_col()[used]
 
   def _lookup(self, slot: np.ndarray, keys: list[np.ndarray], rows=None):
@@ -594,48 +599,46 @@ class ClientIndex:
       pending, slot = pending[miss], slot[miss]
     return codes
 
-  def _place(self, keys: list[np.ndarray], codes: np.ndarray) -> bool:
-    """Puts distinct absent keys into free slots (vectorized probing); False if the spill is full."""
-    slot = self._hash_slots(keys)
-    limit = (1 << self._bits) + self._SPILL
-    key0, code_col = self._key_col(0), self._code_col()
-    while slot.size:
-      if slot.max() >= limit:
-        return False
-      claim = np.flatnonzero(key0[slot] == 0)
-      code_col[slot[claim]] = codes[claim]  # Keys landing on one free slot: one of them wins it.
-      won = claim[code_col[slot[claim]] == codes[claim]]
-      for j, word in enumerate(keys):
-        self._key_col(j)[slot[won]] = word[won]
-      if won.shape[0] == slot.shape[0]:
-        return True
-      rest = np.ones(slot.shape[0], dtype=bool)
-      rest[won] = False
-      slot, codes, keys = slot[rest] + 1, codes[rest], [word[rest] for word in keys]
-    return True
-
   def _rebuild(self, bits: int, keys: list[np.ndarray], codes: np.ndarray) -> None:
-    """A table of 2^bits home slots (or more, if the spill overflows) holding the given entries."""
+    """A table of 2^bits home slots (or more, if the spill overflows) holding the given entries.
+
+    Linear probing that inserts keys in order of home slot puts key i at
+    pos_i = max(home_i, pos_(i-1) + 1), i.e. pos = maximum.accumulate(home - i) + i: one stable
+    argsort (the old table is nearly in home order) and sequential writes, no probing.
+    """
+    h = self._hash(keys)
     while True:
-      self._allocate(bits)
-      if self._place(keys, codes):
-        return
+      home = (h >> np.uint64(64 - bits)).view(np.int64)
+      order = np.argsort(home, kind="stable")
+      rank = np.arange(order.shape[0], dtype=np.int64)
+      pos = np.maximum.accumulate(home[order] - rank) + rank if order.shape[0] else rank
+      if not pos.shape[0] or pos[-1] < (1 << bits) + self._SPILL:
+        break
       bits += 1
+    self._allocate(bits)
+    for j, word in enumerate(keys):
+      self._key_col(j)[pos] = word[order]
+    self._code_col()[pos] = codes[order]
 
   def _insert(self, keys: list[np.ndarray]) -> np.ndarray:
     """Adds absent keys (repeats allowed), numbered in order of first appearance; their codes.
 
     No sort: each row probes for its key or a free slot; a free slot is claimed by writing the
-    provisional code -1 - row (one claimant wins and writes its key, the others see that key and
-    either share the slot or probe on). The largest mark of a slot is its key's first row, and the
-    first rows, in row order, receive the next codes. (A key already present resolves to its slot,
-    whose code is >= 0, and keeps it.)
+    row's key and provisional code -1 - row into it (one claimant wins it, the others see its key
+    and either share the slot or probe on). The largest mark of a slot is its key's first row, and
+    the first rows, in row order, receive the next codes. (A key already present resolves to its
+    slot, whose code is >= 0, and keeps it.)
     """
     rows = keys[0].shape[0]
     if ((self._size + rows) << self._LOAD_SHIFT) > (1 << self._bits):
       self._rebuild(max(self._bits, (((self._size + rows) << self._LOAD_SHIFT) - 1).bit_length()),
                     *self._entries())
     mark = -1 - np.arange(rows, dtype=np.int64)
+    # Cell contents each row would claim: its key words, then its mark.
+    claims = np.empty((rows, self._cells.shape[1]), np.uint64)
+    for j, word in enumerate(keys):
+      claims[:, j] = word
+    claims[:, -1] = mark.view(np.uint64)
     row_slot = np.empty(rows, dtype=np.int64)
     pending = np.arange(rows)
     slot = self._hash_slots(keys)
@@ -645,12 +648,10 @@ class ClientIndex:
       if slot.max() >= limit:  # Spill full: grow, drop the provisional entries, start over.
         self._rebuild(self._bits + 1, *self._entries_below(self._size))
         return self._insert(keys)
-      claim = np.flatnonzero(key0[slot] == 0)
-      code_col[slot[claim]] = mark[pending[claim]]
-      won = claim[code_col[slot[claim]] == mark[pending[claim]]]
-      for j, word in enumerate(keys):
-        self._key_col(j)[slot[won]] = word[pending[won]]
-      # Resolved: the slot holds this row's key (its own claim or an earlier row's).
+      # Free slots get a whole claimed cell (rows claiming one slot: the last write wins it);
+      # a row is resolved when its slot then holds its key (its own claim or another row's).
+      free = np.flatnonzero(key0[slot] == 0)
+      self._cells[slot[free]] = claims[pending[free]]
       resolved, _ = self._lookup(slot, keys, pending)
       done = np.flatnonzero(resolved)
       row_slot[pending[done]] = slot[done]
