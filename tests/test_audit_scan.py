@@ -192,3 +192,24 @@ def test_round_beyond_scan_limit_takes_the_sort_path():
   rounds, codes, ids = arrays_of(rows)
   stats, table = audit.log_statistics(rounds, codes, len(ids), 2, None, ids)
   assert stats.observed_min_sep == audit.MAX_ROUND + 5 and stats.max_round == audit.MAX_ROUND + 5
+
+
+def test_second_pass_refuses_a_log_that_changed(tmp_path, monkeypatch):
+  """Listing from a second pass needs the same rows; a log rewritten in between is an error."""
+  path = tmp_path / "log.csv"
+  rows = [(r, f"c{c}") for r in range(4) for c in range(3)]
+  participation_log.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
+  monkeypatch.setattr(audit, "_HISTORY_ROWS", 0)  # Nothing kept: listing needs a second pass.
+  read = participation_log.iter_participation_codes
+  calls = []
+
+  def rewrite_before_second_pass(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+      participation_log.write_participation_log(path, [0, 1], ["c0", "c0"])
+    return read(*args, **kwargs)
+
+  monkeypatch.setattr(participation_log, "iter_participation_codes", rewrite_before_second_pass)
+  with pytest.raises(participation_log.ParticipationLogError,
+                     match=f"^{path}: the log changed while it was audited"):
+    audit.scan_log(path, min_sep=5)

@@ -970,12 +970,18 @@ def scan_log(path: str | os.PathLike[str], *, min_sep: Optional[int] = None,
   path = os.fspath(path)
   index = participation_log.ClientIndex()
   scan = LogScan(min_sep, max_participations, violation_limit)
+  # Reading and coding the ids (one thread) overlap the scan (this one): both are Arrow and numpy
+  # kernels, which release the GIL.
+  batches = _prefetched(participation_log.iter_participation_codes(path, index, progress))
   try:
-    # Reading and coding the ids (one thread) overlap the scan (this one): both are Arrow and numpy
-    # kernels, which release the GIL.
-    for rounds, codes in _prefetched(
-        participation_log.iter_participation_codes(path, index, progress)):
-      scan.update(rounds, codes, len(index))
+    try:
+      for rounds, codes in batches:
+        scan.update(rounds, codes, len(index))
+    finally:
+      batches.close()  # Stops the reader thread now, not when the traceback is dropped.
+    return scan.finish(len(index), index.client_ids(),
+                       reread=lambda: participation_log.iter_participation_codes(path, index,
+                                                                                 progress))
   except _NotRoundOrdered:
     logger.info("%s is not in round order: sorting it in memory", path)
     arrays = participation_log.read_participation_arrays(path, progress=progress)
@@ -986,9 +992,6 @@ def scan_log(path: str | os.PathLike[str], *, min_sep: Optional[int] = None,
     if str(e).startswith(path):
       raise
     raise participation_log.ParticipationLogError(f"{path}: {e}") from None
-  return scan.finish(len(index), index.client_ids(),
-                     reread=lambda: participation_log.iter_participation_codes(path, index,
-                                                                               progress))
 
 
 def audit_log(path: str | os.PathLike[str], strategy: Any, noise_multiplier: float, delta: float, *,
