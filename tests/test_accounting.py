@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as hs
 
 from fedmf.privacy import accounting
 from fedmf.privacy import events
@@ -194,16 +195,26 @@ def test_epsilon_curve_matches_direct_accounting():
   b = np.array([-1] * 10 + [12] * 20 + [7] * 30)
   k = np.array([1] * 10 + [2] * 20 + [3] * 30)
   k[:3] = 0
-  curve = curve_lib.epsilon_curve(s, b, k, 7.379, 1e-10)
-  assert np.all(curve.epsilon[:3] == 0)
-  for r in [4, 10, 11, 30, 31, 60]:
+  full = curve_lib.epsilon_curve(s, b, k, 7.379, 1e-10, max_evaluations=None, time_budget=60.0)
+  cached = curve_lib.epsilon_curve(s, b, k, 7.379, 1e-10)
+  for curve in (full, cached):
+    assert np.all(curve.epsilon[:3] == 0)
+  for r in range(4, n + 1):
     bb = None if b[r - 1] < 0 else int(b[r - 1])
     direct = sensitivity(s, r, bb if k[r - 1] > 1 else None, int(k[r - 1])).value
-    assert curve.sensitivity[r - 1] == pytest.approx(direct, rel=1e-12)
-    assert curve.epsilon[r - 1] == pytest.approx(
+    assert full.sensitivity[r - 1] == pytest.approx(direct, rel=1e-12)
+    assert full.epsilon[r - 1] == pytest.approx(
       accounting.gaussian_epsilon(direct / 7.379, 1e-10), rel=1e-12
     )
-  assert set(curve.sensitivity_method) == {"exact"}
+    # One evaluation per run of constant (b_r, k_r), at its last round (r = 10, 30, 60): exact
+    # there, a valid upper bound before.
+    if r in (10, 30, 60):
+      assert cached.sensitivity[r - 1] == full.sensitivity[r - 1]
+      assert cached.sensitivity_method[r - 1] == "exact"
+    else:
+      assert cached.sensitivity[r - 1] >= direct - 1e-12
+      assert cached.sensitivity_method[r - 1] == "upper-bound"
+  assert set(full.sensitivity_method) == {"exact"}
 
 
 def test_epsilon_curve_budget_gives_valid_upper_bounds():
@@ -212,11 +223,91 @@ def test_epsilon_curve_budget_gives_valid_upper_bounds():
   b = np.full(n, 50)
   k = np.minimum(np.arange(1, n + 1) // 50 + 1, 4)
   b[:50] = -1
-  curve = curve_lib.epsilon_curve(s, b, k, 3.0, 1e-6, max_evaluations=5)
-  full = curve_lib.epsilon_curve(s, b, k, 3.0, 1e-6)
+  curve = curve_lib.epsilon_curve(s, b, k, 3.0, 1e-6, max_evaluations=5, time_budget=60.0)
+  full = curve_lib.epsilon_curve(s, b, k, 3.0, 1e-6, max_evaluations=None, time_budget=60.0)
   assert np.all(curve.sensitivity >= full.sensitivity - 1e-12)
   assert "upper-bound" in curve.sensitivity_method
-  assert np.all(np.diff(full.sensitivity[k > 0]) >= -1e-12) or True
+  assert set(full.sensitivity_method) == {"exact"}
+
+
+def _runs_of(rng, n):
+  """Realized (b_r, k_r) as a log produces them: b_r never grows, k_r never shrinks."""
+  k = np.zeros(n, dtype=np.int64)
+  b = np.full(n, -1, dtype=np.int64)
+  first = int(rng.integers(0, 3))
+  k[first:] = 1
+  for step in sorted(
+    rng.choice(np.arange(first + 1, n), size=min(3, n - first - 1), replace=False)
+  ):
+    k[step:] += 1
+    gap = int(rng.integers(1, step - first + 1))
+    b[step:] = np.where(b[step:] < 0, gap, np.minimum(b[step:], gap))
+  return b, k
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+  hs.integers(0, 2**31),
+  hs.sampled_from(["blt", "bandmf", "band-toeplitz", "tree"]),
+  hs.sampled_from([None, 1, 2, 64]),
+)
+def test_epsilon_curve_cached_never_below_direct_or_truth(seed, kind, cap):
+  """One evaluation per distinct (b_r, k_r), at most ``cap``; every r is >= the direct exact value
+  and the truth (brute force), and r = n is evaluated at its own (b_n, k_n)."""
+  from tests.mf.brute_force import brute_force_sensitivity
+
+  rng = np.random.default_rng(seed)
+  n = 8
+  strategy = {
+    "blt": {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]},
+    "bandmf": {
+      "mechanism": "bandmf",
+      "n": n,
+      "bands": 3,
+      "columns": [list(np.abs(rng.normal(size=min(3, n - j))) + 0.1) for j in range(n)],
+    },
+    "band-toeplitz": {
+      "mechanism": "band-toeplitz",
+      "coefficients": [1.0] + list(rng.uniform(-0.5, 1.0, size=3)),
+    },
+    "tree": {"mechanism": "tree", "variant": "vanilla"},
+  }[kind]
+  s = st.load_strategy(strategy)
+  b, k = _runs_of(rng, n)
+  calls = []
+  original = curve_lib.cached_sensitivity
+
+  def counting(strategy, schema, method, cache):
+    key = (schema.n, schema.min_sep, schema.max_participations)
+    if key not in cache:  # A sensitivity computed, not looked up.
+      k_eff = schema.max_participations
+      calls.append((schema.n, None if k_eff <= 1 else schema.min_sep, k_eff))
+    return original(strategy, schema, method, cache)
+
+  curve_lib.cached_sensitivity = counting
+  try:
+    curve = curve_lib.epsilon_curve(s, b, k, 2.0, 1e-6, max_evaluations=cap)
+  finally:
+    curve_lib.cached_sensitivity = original
+  distinct = {(int(bb), int(kk)) for bb, kk in zip(b, k) if kk > 0}
+  assert len(calls) == (len(distinct) if cap is None else min(cap, len(distinct)))
+  assert calls[-1] == (n, None if k[-1] <= 1 else int(b[-1]), int(k[-1]))
+  assert (
+    curve.sensitivity[-1] == sensitivity(s, n, None if k[-1] <= 1 else int(b[-1]), int(k[-1])).value
+  )
+  c = s.matrix(n)
+  for r in range(1, n + 1):
+    kk = int(k[r - 1])
+    if kk == 0:
+      assert curve.sensitivity[r - 1] == 0 and curve.epsilon[r - 1] == 0
+      continue
+    bb = None if kk <= 1 else int(b[r - 1])
+    direct = sensitivity(s, r, bb, kk)
+    if direct.method == "exact":
+      assert curve.sensitivity[r - 1] >= direct.value - 1e-12
+    truth = brute_force_sensitivity(c[:r, :r], bb if bb is not None else r, kk)
+    assert curve.sensitivity[r - 1] >= truth - 1e-9
+    assert curve.epsilon[r - 1] >= accounting.gaussian_epsilon(truth / 2.0, 1e-6) - 1e-9
 
 
 def test_epsilon_curve_2000_rounds_is_fast():

@@ -61,7 +61,9 @@ def _write(path, text):
     path.write_text(text)
 
 
-@pytest.mark.parametrize("name,text,match", [
+@pytest.mark.parametrize(
+  "name,text,match",
+  [
     ("e.csv", "", "empty log"),
     ("h.csv", "round,client_id\n", "empty log"),
     ("m.csv", "round,client\n0,a\n", "missing column 'client_id'"),
@@ -78,7 +80,8 @@ def _write(path, text):
     ("s.jsonl", '{"round": "x", "client_id": "a"}\n', "round"),
     ("b.jsonl", '{"round": 0, "client_id": "a"\n', "line 1"),
     ("u.txt", "round,client_id\n", "unknown participation log extension"),
-])
+  ],
+)
 def test_bad_input_one_line_errors(tmp_path, name, text, match):
   path = tmp_path / name
   _write(path, text)
@@ -94,18 +97,26 @@ def test_missing_file(tmp_path):
 
 def test_parquet_missing_column_and_float_rounds(tmp_path):
   import pyarrow.parquet as pq
+
   pq.write_table(pa.table({"round": [0, 1], "who": ["a", "b"]}), tmp_path / "a.parquet")
   with pytest.raises(P.ParticipationLogError, match="missing column 'client_id'"):
     P.read_participation_log(tmp_path / "a.parquet")
-  pq.write_table(pa.table({"round": [0.0, float("nan")], "client_id": ["a", "b"]}),
-                 tmp_path / "b.parquet")
+  pq.write_table(
+    pa.table({"round": [0.0, float("nan")], "client_id": ["a", "b"]}), tmp_path / "b.parquet"
+  )
   with pytest.raises(P.ParticipationLogError, match="non-finite"):
     P.read_participation_log(tmp_path / "b.parquet")
 
 
 @settings(max_examples=25, deadline=None)
-@given(hs.lists(hs.tuples(hs.integers(0, 30), hs.sampled_from(["a", "b", "c", "7", "x y"])),
-                min_size=1, max_size=40), hs.sampled_from(EXTS))
+@given(
+  hs.lists(
+    hs.tuples(hs.integers(0, 30), hs.sampled_from(["a", "b", "c", "7", "x y"])),
+    min_size=1,
+    max_size=40,
+  ),
+  hs.sampled_from(EXTS),
+)
 def test_random_roundtrip(tmp_path_factory, rows, ext):
   path = tmp_path_factory.mktemp("rt") / f"log.{ext}"
   P.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
@@ -117,12 +128,28 @@ def test_random_roundtrip(tmp_path_factory, rows, ext):
 # Client ids of various shapes: decimal (packed raw or compact), long ids sharing prefixes (> 16 bytes,
 # not packable when the alphabet is large), unicode (the non-ASCII packing path) and odd ASCII.
 _ids = hs.one_of(
-    hs.integers(0, 10**20).map(str),
-    hs.text(alphabet="ab", min_size=1, max_size=24),
-    hs.sampled_from(["client-", "client-000000000000000000000", "é", "éé", "日本", "a b", "~",
-                     "x" * 40, "0", "00", "BandMF"]),
-    hs.text(alphabet=hs.characters(blacklist_categories=("Cs", "Cc"),
-                                   blacklist_characters=',"'), min_size=1, max_size=20),
+  hs.integers(0, 10**20).map(str),
+  hs.text(alphabet="ab", min_size=1, max_size=24),
+  hs.sampled_from(
+    [
+      "client-",
+      "client-000000000000000000000",
+      "é",
+      "éé",
+      "日本",
+      "a b",
+      "~",
+      "x" * 40,
+      "0",
+      "00",
+      "BandMF",
+    ]
+  ),
+  hs.text(
+    alphabet=hs.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters=',"'),
+    min_size=1,
+    max_size=20,
+  ),
 )
 
 
@@ -136,8 +163,11 @@ def _check_arrays(arr, rounds, ids):
 
 
 @settings(max_examples=60, deadline=None)
-@given(hs.lists(hs.tuples(hs.integers(0, 50), _ids), min_size=1, max_size=60),
-       hs.sampled_from(["csv", "parquet", "jsonl"]), hs.booleans())
+@given(
+  hs.lists(hs.tuples(hs.integers(0, 50), _ids), min_size=1, max_size=60),
+  hs.sampled_from(["csv", "parquet", "jsonl"]),
+  hs.booleans(),
+)
 def test_arrays_match_python_on_random_ids(tmp_path_factory, rows, ext, dup):
   if dup:  # Repeated (round, client) rows and repeated clients.
     rows = rows + rows[: len(rows) // 2]
@@ -148,30 +178,47 @@ def test_arrays_match_python_on_random_ids(tmp_path_factory, rows, ext, dup):
   os.remove(path)
 
 
-@pytest.mark.parametrize("ids,mode", [
-    (["1", "12", "12345678", "007", "7", "12"], "raw"),
-    (["123456789012", "1", "123456789012", "0000000000000000"], "compact"),
-    (["é", "éé", "a", "é", "aé"], "compact"),  # Non-ASCII: the gather path.
-    (["a\x00", "a", "\x00", "a\x00"], "raw"),
-    (["x" * 39, "y", "x" * 38], "compact"),  # 3^39 < 2^63.
-    ([chr(i) for i in range(1, 128)] * 2, "compact"),  # No free pad byte.
-    (["0123456789abcdef0123", "f"], None),  # 17^20 >= 2^63: not packed.
-])
-def test_id_packer_modes_roundtrip(ids, mode):
-  arr = pa.array(ids, pa.string())
-  for a in (arr, pa.concat_arrays([pa.array(["zz"]), arr]).slice(1)):  # Also a sliced array.
-    packer = P._IdPacker()
-    packer.observe(a)
-    if mode is None:
-      assert not packer.fits()
-      continue
-    assert packer.fits() and packer.raw == (mode == "raw")
-    keys = packer.pack(a)
-    assert keys.dtype == np.int64 and keys.shape == (len(ids),)
-    # Injective: equal keys exactly for equal ids; unpack inverts.
-    assert len(set(keys.tolist())) == len(set(ids))
-    assert {k: c for k, c in zip(keys.tolist(), ids)} == dict(zip(keys.tolist(), ids))
-    assert packer.unpack(keys).to_pylist() == ids
+@pytest.mark.parametrize(
+  "batches",
+  [
+    [["1", "12", "12345678", "007", "7", "12"]],
+    [["123456789012", "1", "123456789012", "0000000000000000"]],  # Two key words.
+    [["é", "éé", "a", "é", "aé"], ["日本", "é"]],  # Non-ASCII bytes.
+    [["a", "b", "a"], ["a\x00", "a", "\x00", "a\x00"], ["a", "\x00\x00"]],  # NUL: length word.
+    [["y"], ["x" * 39, "y", "x" * 38], ["x" * 100, "x" * 39]],  # Widening between batches.
+    [[chr(i) for i in range(1, 128)] * 2],
+    [["0123456789abcdef0123", "f"]],
+  ],
+)
+def test_client_index_codes_in_first_appearance_order(batches):
+  """Codes number ids by first appearance across batches; client_ids() inverts them."""
+  for sliced in (False, True):
+    index = P.ClientIndex()
+    seen: dict[str, int] = {}
+    for ids in batches:
+      arr = pa.array(ids, pa.string())
+      if sliced:  # Arrow arrays with an offset into shared buffers.
+        arr = pa.concat_arrays([pa.array(["zz"]), arr]).slice(1)
+      codes = index.codes(arr)
+      assert codes.dtype == np.int32
+      for i in ids:
+        seen.setdefault(i, len(seen))
+      assert codes.tolist() == [seen[i] for i in ids]
+    assert len(index) == len(seen)
+    assert index.client_ids().to_pylist() == list(seen)
+
+
+def test_client_index_many_ids_and_table_growth():
+  rng = np.random.default_rng(0)
+  ids = rng.integers(0, 50_000, 200_000).astype(str)
+  index = P.ClientIndex()
+  codes = np.concatenate(
+    [index.codes(pa.array(ids[i : i + 30_000])) for i in range(0, 200_000, 30_000)]
+  )
+  _, first = np.unique(ids, return_index=True)
+  expected_order = ids[np.sort(first)]
+  assert index.client_ids().to_pylist() == expected_order.tolist()
+  assert (index.client_ids().to_numpy(zero_copy_only=False)[codes] == ids).all()
 
 
 def test_csv_integral_float_rounds_after_first_block(tmp_path, monkeypatch):

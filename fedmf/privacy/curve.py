@@ -13,9 +13,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedmf.mf.evaluation import sensitivity as _sensitivity
+from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy.accounting import gaussian_epsilon, rho_zcdp, validate_delta
 from fedmf.privacy.events import validate_noise_multiplier
+
+
+def cached_sensitivity(strategy: Any, schema: ParticipationSchema, method: str, cache: dict) -> Any:
+  """The strategy's sensitivity under `schema`, computed once per distinct (n, b, k)."""
+  key = (schema.n, schema.min_sep, schema.max_participations)
+  if key not in cache:
+    cache[key] = strategy.sensitivity(schema, method)
+  return cache[key]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +53,21 @@ class EpsilonCurve:
   noise_multiplier: float
 
 
-def epsilon_curve(strategy: Any, min_seps: Sequence[int] | np.ndarray,
-                  max_participations: Sequence[int] | np.ndarray, noise_multiplier: float,
-                  delta: float, *, method: str = "auto", max_evaluations: int | None = None,
-                  time_budget: float = 5.0) -> EpsilonCurve:
+DEFAULT_MAX_EVALUATIONS = 64
+
+
+def epsilon_curve(
+  strategy: Any,
+  min_seps: Sequence[int] | np.ndarray,
+  max_participations: Sequence[int] | np.ndarray,
+  noise_multiplier: float,
+  delta: float,
+  *,
+  method: str = "auto",
+  max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS,
+  time_budget: float = 0.0,
+  sensitivities: dict[tuple[int, Any, int], Any] | None = None,
+) -> EpsilonCurve:
   """ε after r rounds, r = 1..n, using the realized (b_r, k_r) of the first r rounds (BLT §1).
 
   Args:
@@ -58,19 +77,29 @@ def epsilon_curve(strategy: Any, min_seps: Sequence[int] | np.ndarray,
     noise_multiplier: σ.
     delta: δ.
     method: Sensitivity method.
-    max_evaluations: Cap on sensitivity evaluations (default: one per round).
-    time_budget: Seconds to spend on evaluations beyond the mandatory ones.
+    max_evaluations: Cap on sensitivity evaluations (None: no cap, at least one per distinct
+      (b_r, k_r)).
+    time_budget: Seconds to spend on evaluations beyond the mandatory ones (default none).
+    sensitivities: A cache {(r, b, k): Sensitivity} to read and fill (b None for single
+      participation), e.g. shared with the audit's headline claim at r = n.
 
-  The sensitivity is always evaluated at r = the last round of every run of constant (b_r, k_r);
-  then, within ``time_budget`` and ``max_evaluations``, at rounds spread evenly inside the runs (all
-  of them for fast strategies such as a BLT, 0.2 ms per Thm 3.1 evaluation at n = 2000). A round
-  between evaluations uses the value at the next evaluated round of its run: for lower-triangular C
-  the first r rounds' C is the leading r×r block, so the true sensitivity is non-decreasing in r and
-  that value is a valid upper bound (labelled 'upper-bound'). ε uses the exact analytic Gaussian
-  curve, vectorized over r.
+  The realized b_r never grows and k_r never shrinks, so the rounds fall into runs of constant
+  (b_r, k_r), usually a handful. The sensitivity is evaluated once per run, at its last round,
+  where it is exact. Every earlier round r of the run uses that value, a valid upper bound: the
+  first r rounds' C is the leading r×r block of C (C lower triangular), and a participation
+  pattern of the first r rounds is one of the first r' > r rounds with the same (b, k), so the true
+  sensitivity is non-decreasing in r. When there are more runs than ``max_evaluations`` (a client
+  logged in every round makes k_r grow every round), consecutive runs are grouped and share the
+  evaluation at the group's last round: its smaller b and larger k allow every pattern of the
+  earlier rounds, so it bounds them too. Values not evaluated at their own round are labelled
+  'upper-bound' (an upper-bound method's value bounds the truth at r' and so at r). The last round
+  n is always evaluated at its own (b_n, k_n). Within ``time_budget`` and ``max_evaluations``,
+  further rounds spread evenly inside the groups are evaluated at their own (b_r, k_r). ε uses the
+  exact analytic Gaussian curve, vectorized over r.
   """
   import time  # pylint: disable=g-import-not-at-top
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
+
   sigma = validate_noise_multiplier(noise_multiplier)
   delta = validate_delta(delta)
   strategy = load_strategy(strategy)
@@ -85,13 +114,21 @@ def epsilon_curve(strategy: Any, min_seps: Sequence[int] | np.ndarray,
   starts = np.concatenate([[0], change]).astype(np.int64)
   ends = np.concatenate([change, [n]]).astype(np.int64)  # Exclusive.
   runs = [(int(s), int(e)) for s, e in zip(starts, ends) if k[s] > 0]
+  if max_evaluations is not None and len(runs) > max(int(max_evaluations), 1):
+    # Groups of consecutive runs, ending at evenly spaced runs (always the last one).
+    last = np.unique(
+      np.round(np.linspace(0, len(runs) - 1, max(int(max_evaluations), 1) + 1)[1:]).astype(np.int64)
+    )
+    first = np.concatenate([[0], last[:-1] + 1])
+    runs = [(runs[f][0], runs[l][1]) for f, l in zip(first, last)]
+  cache = {} if sensitivities is None else sensitivities
 
   evaluated: dict[int, Any] = {}  # 0-based index p (r = p + 1) -> Sensitivity.
 
   def evaluate(p: int) -> None:
     kk = int(k[p])
     ms = None if (kk <= 1 or b[p] < 0) else int(b[p])
-    evaluated[p] = _sensitivity(strategy, p + 1, ms, kk, method)
+    evaluated[p] = cached_sensitivity(strategy, ParticipationSchema(p + 1, ms, kk), method, cache)
 
   t0 = time.perf_counter()
   for _, e in runs:
@@ -101,17 +138,22 @@ def epsilon_curve(strategy: Any, min_seps: Sequence[int] | np.ndarray,
   total = sum(e - s for s, e in runs)
   cap = total if max_evaluations is None else max(int(max_evaluations), len(runs))
   extra = min(cap, total) - len(runs)
-  if per_eval > 0:
+  if time_budget <= 0:
+    extra = 0
+  elif per_eval > 0:
     extra = min(extra, int(time_budget / per_eval))
   if extra > 0 and total > len(runs):
     fraction = extra / (total - len(runs))
     for s, e in runs:
-      inner = e - 1 - s  # Rounds of the run not yet evaluated.
+      inner = e - 1 - s  # Rounds of the group not yet evaluated.
       m = min(inner, int(math.ceil(inner * fraction)))
       if m <= 0:
         continue
-      points = np.unique(np.round(np.linspace(s, e - 2, m)).astype(np.int64)) if m < inner else (
-          np.arange(s, e - 1))
+      points = (
+        np.unique(np.round(np.linspace(s, e - 2, m)).astype(np.int64))
+        if m < inner
+        else (np.arange(s, e - 1))
+      )
       for p in points:
         evaluate(int(p))
 
@@ -130,6 +172,13 @@ def epsilon_curve(strategy: Any, min_seps: Sequence[int] | np.ndarray,
   mu = sens / sigma
   eps = np.asarray(gaussian_epsilon(mu, delta), dtype=np.float64)
   return EpsilonCurve(
-      rounds=np.arange(1, n + 1), min_sep=b, max_participations=k, sensitivity=sens,
-      sensitivity_method=tuple(methods), rho=np.asarray(rho_zcdp(sens, sigma)), epsilon=eps,
-      delta=delta, noise_multiplier=sigma)
+    rounds=np.arange(1, n + 1),
+    min_sep=b,
+    max_participations=k,
+    sensitivity=sens,
+    sensitivity_method=tuple(methods),
+    rho=np.asarray(rho_zcdp(sens, sigma)),
+    epsilon=eps,
+    delta=delta,
+    noise_multiplier=sigma,
+  )

@@ -6,7 +6,8 @@ Extra columns (a timestamp, a cohort id, ...) are preserved but not required.
 
 Formats, chosen by extension: ``.csv`` (with header), ``.jsonl`` (JSON Lines), either optionally
 ``.gz``; and ``.parquet``. Reading streams (CSV, Parquet) or is columnar (JSONL) with pyarrow, so a
-10-million-row log never becomes 10 million Python objects.
+10-million-row log never becomes 10 million Python objects. Client ids become dense integer codes
+through ``ClientIndex``, a hash table over the ids' bytes vectorized with numpy.
 
 The writer is atomic: rows go to a hidden temporary file next to the target, and ``close()`` fsyncs
 and renames it to the final name. A crash never leaves a half-written log under the final name (the
@@ -38,7 +39,7 @@ CLIENT_ID = "client_id"
 REQUIRED_COLUMNS = (ROUND, CLIENT_ID)
 SUFFIXES = (".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".parquet")
 
-_CSV_BLOCK_SIZE = 1 << 24  # 16 MiB per streamed CSV block.
+_CSV_BLOCK_SIZE = 1 << 22  # 4 MiB per streamed CSV block (~300k rows of a typical log).
 _JSONL_CHUNK_ROWS = 100_000
 
 
@@ -55,13 +56,18 @@ class LogFormat:
 def log_format(path: str | os.PathLike[str]) -> LogFormat:
   """The format of a log path, from its extension."""
   name = os.fspath(path).lower()
-  for suffix, fmt in ((".csv.gz", LogFormat("csv", True)), (".jsonl.gz", LogFormat("jsonl", True)),
-                      (".csv", LogFormat("csv", False)), (".jsonl", LogFormat("jsonl", False)),
-                      (".parquet", LogFormat("parquet", False))):
+  for suffix, fmt in (
+    (".csv.gz", LogFormat("csv", True)),
+    (".jsonl.gz", LogFormat("jsonl", True)),
+    (".csv", LogFormat("csv", False)),
+    (".jsonl", LogFormat("jsonl", False)),
+    (".parquet", LogFormat("parquet", False)),
+  ):
     if name.endswith(suffix):
       return fmt
   raise ParticipationLogError(
-      f"{path}: unknown participation log extension (expected one of {', '.join(SUFFIXES)})")
+    f"{path}: unknown participation log extension (expected one of {', '.join(SUFFIXES)})"
+  )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -69,8 +75,11 @@ def log_format(path: str | os.PathLike[str]) -> LogFormat:
 
 
 def _open_text(path: str, fmt: LogFormat):
-  return gzip.open(path, "rt", encoding="utf-8", newline="") if fmt.gzip else open(
-      path, "r", encoding="utf-8", newline="")
+  return (
+    gzip.open(path, "rt", encoding="utf-8", newline="")
+    if fmt.gzip
+    else open(path, "r", encoding="utf-8", newline="")
+  )
 
 
 def _check_exists(path: str) -> None:
@@ -95,7 +104,8 @@ def _missing(path: str, names: Sequence[str]) -> None:
   for col in REQUIRED_COLUMNS:
     if col not in names:
       raise ParticipationLogError(
-          f"{path}: missing column '{col}' (columns: {', '.join(map(str, names)) or 'none'})")
+        f"{path}: missing column '{col}' (columns: {', '.join(map(str, names)) or 'none'})"
+      )
 
 
 def _validate_batch(path: str, batch: pa.RecordBatch | pa.Table, first_row: int) -> pa.Table:
@@ -133,12 +143,17 @@ def _validate_batch(path: str, batch: pa.RecordBatch | pa.Table, first_row: int)
       ids = pc.cast(ids, pa.string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
       raise ParticipationLogError(
-          f"{path}: column 'client_id' must hold strings, found {ids.type}") from None
+        f"{path}: column 'client_id' must hold strings, found {ids.type}"
+      ) from None
   if ids.null_count or (len(ids) and pc.min(pc.binary_length(ids)).as_py() == 0):
     empty = pc.or_kleene(ids.is_null(), pc.equal(pc.binary_length(ids), 0))
-    i = int(np.flatnonzero(empty.to_numpy(zero_copy_only=False) if isinstance(empty, pa.Array)
-                           else pa.concat_arrays(empty.chunks).to_numpy(
-                               zero_copy_only=False))[0])
+    i = int(
+      np.flatnonzero(
+        empty.to_numpy(zero_copy_only=False)
+        if isinstance(empty, pa.Array)
+        else pa.concat_arrays(empty.chunks).to_numpy(zero_copy_only=False)
+      )[0]
+    )
     raise ParticipationLogError(f"{path}: row {first_row + i}: missing client_id")
   table = table.set_column(table.schema.get_field_index(ROUND), ROUND, pa.array(r_int, pa.int64()))
   table = table.set_column(table.schema.get_field_index(CLIENT_ID), CLIENT_ID, ids)
@@ -150,16 +165,58 @@ def _arrow_error(path: str, e: Exception) -> ParticipationLogError:
   return ParticipationLogError(f"{path}: {msg}")
 
 
-def _progress(path: str, enabled: bool):
-  if not enabled:
-    return None
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  return tqdm(total=None, unit=" rows", unit_scale=True, desc=f"reading {os.path.basename(path)}",
-              file=sys.stderr, leave=False)
+class _Progress:
+  """A tqdm bar on stderr (when enabled): bytes of the file read for CSV, rows for Parquet/JSONL."""
+
+  def __init__(self, path: str, enabled: bool, fmt: LogFormat):
+    self.bar = None
+    if not enabled:
+      return
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
+    desc = f"reading {os.path.basename(path)}"
+    if fmt.kind == "csv":  # Position in the file itself (compressed bytes for .csv.gz).
+      self.bar = tqdm(
+        total=os.path.getsize(path),
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=desc,
+        file=sys.stderr,
+        leave=False,
+      )
+    else:
+      total = None
+      if fmt.kind == "parquet":
+        import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+        try:
+          total = pq.ParquetFile(path).metadata.num_rows
+        except (pa.ArrowInvalid, OSError):
+          pass
+      self.bar = tqdm(
+        total=total, unit=" rows", unit_scale=True, desc=desc, file=sys.stderr, leave=False
+      )
+
+  def position(self, position: int) -> None:
+    """CSV: the file has been read up to ``position`` bytes."""
+    if self.bar is not None and self.bar.unit == "B":
+      self.bar.update(max(0, min(position, self.bar.total) - self.bar.n))
+
+  def rows(self, rows: int) -> None:
+    if self.bar is not None and self.bar.unit != "B":
+      self.bar.update(rows)
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
 
 
-def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Iterator[Any]:
+def _iter_csv(
+  path: str, fmt: LogFormat, columns: Sequence[str] | None, progress: Optional[_Progress] = None
+) -> Iterator[Any]:
   import pyarrow.csv as pacsv  # pylint: disable=g-import-not-at-top
+
   header = _csv_header(path, fmt)
   _missing(path, header)
   include = list(columns) if columns is not None else header
@@ -172,13 +229,20 @@ def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Itera
   emitted = 0
   for round_type in (pa.int64(), pa.float64()):
     convert = pacsv.ConvertOptions(
-        column_types={ROUND: round_type, CLIENT_ID: pa.string()}, include_columns=include,
-        null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=False)
+      column_types={ROUND: round_type, CLIENT_ID: pa.string()},
+      include_columns=include,
+      null_values=[""],
+      strings_can_be_null=False,
+      quoted_strings_can_be_null=False,
+    )
     skip = emitted
+    raw = None
     try:
-      stream = pa.input_stream(path, compression="gzip" if fmt.gzip else None)
-      reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_SIZE),
-                              convert_options=convert)
+      raw = pa.OSFile(path, "rb")
+      stream = pa.CompressedInputStream(raw, "gzip") if fmt.gzip else raw
+      reader = pacsv.open_csv(
+        stream, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_SIZE), convert_options=convert
+      )
       while True:
         try:
           batch = reader.read_next_batch()
@@ -191,6 +255,8 @@ def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Itera
           batch = batch.slice(skip)
           skip = 0
         emitted += batch.num_rows
+        if progress is not None:
+          progress.position(raw.tell())
         yield batch
     except pa.ArrowInvalid as e:
       if pa.types.is_integer(round_type) and "conversion error to int64" in str(e):
@@ -198,10 +264,14 @@ def _iter_csv(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Itera
       raise _arrow_error(path, e) from None
     except (pa.ArrowIOError, OSError, EOFError) as e:
       raise _arrow_error(path, e) from None
+    finally:
+      if raw is not None:
+        raw.close()
 
 
 def _iter_jsonl(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Iterator[Any]:
   import pyarrow.json as pajson  # pylint: disable=g-import-not-at-top
+
   try:
     stream = pa.input_stream(path, compression="gzip" if fmt.gzip else None)
     table = pajson.read_json(stream)
@@ -240,8 +310,9 @@ def _iter_jsonl_python(path: str, fmt: LogFormat) -> Iterator[pa.Table]:
       if ROUND in obj and isinstance(obj[ROUND], (int, float)) and not isinstance(obj[ROUND], bool):
         obj[ROUND] = float(obj[ROUND])
       elif ROUND in obj and obj[ROUND] is not None:
-        raise ParticipationLogError(f"{path}: line {lineno}: round must be an integer, "
-                                    f"got {obj[ROUND]!r}")
+        raise ParticipationLogError(
+          f"{path}: line {lineno}: round must be an integer, got {obj[ROUND]!r}"
+        )
       rows.append(obj)
       if len(rows) >= _JSONL_CHUNK_ROWS:
         yield _pylist_table(path, rows)
@@ -259,6 +330,7 @@ def _pylist_table(path: str, rows: list[dict[str, Any]]) -> pa.Table:
 
 def _iter_parquet(path: str, columns: Sequence[str] | None) -> Iterator[Any]:
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
   try:
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
@@ -271,14 +343,15 @@ def _iter_parquet(path: str, columns: Sequence[str] | None) -> Iterator[Any]:
     raise _arrow_error(path, e) from None
 
 
-def iter_log_batches(path: str | os.PathLike[str], columns: Sequence[str] | None = None,
-                     progress: bool = False) -> Iterator[pa.Table]:
+def iter_log_batches(
+  path: str | os.PathLike[str], columns: Sequence[str] | None = None, progress: bool = False
+) -> Iterator[pa.Table]:
   """Streams a participation log as validated tables (round: int64, client_id: string).
 
   Args:
     path: A ``.csv``, ``.csv.gz``, ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file.
     columns: Columns to read (must include 'round' and 'client_id'); None reads all, extras kept.
-    progress: Show a tqdm row counter on stderr.
+    progress: Show a tqdm progress bar on stderr (the caller decides: e.g. only on a terminal).
 
   Raises:
     ParticipationLogError: missing file, empty log, missing column, bad round or client_id.
@@ -288,13 +361,13 @@ def iter_log_batches(path: str | os.PathLike[str], columns: Sequence[str] | None
   _check_exists(path)
   if columns is not None:
     columns = list(dict.fromkeys(list(REQUIRED_COLUMNS) + list(columns)))
+  bar = _Progress(path, progress, fmt)
   if fmt.kind == "csv":
-    batches = _iter_csv(path, fmt, columns)
+    batches = _iter_csv(path, fmt, columns, bar)
   elif fmt.kind == "jsonl":
     batches = _iter_jsonl(path, fmt, columns)
   else:
     batches = _iter_parquet(path, columns)
-  bar = _progress(path, progress)
   row = 1
   total = 0
   try:
@@ -304,18 +377,17 @@ def iter_log_batches(path: str | os.PathLike[str], columns: Sequence[str] | None
       table = _validate_batch(path, batch, row)
       row += table.num_rows
       total += table.num_rows
-      if bar is not None:
-        bar.update(table.num_rows)
+      bar.rows(table.num_rows)
       yield table
   finally:
-    if bar is not None:
-      bar.close()
+    bar.close()
   if total == 0:
     raise ParticipationLogError(f"{path}: empty log (no participation rows)")
 
 
-def read_participation_log(path: str | os.PathLike[str], columns: Sequence[str] | None = None,
-                           progress: bool = False) -> pa.Table:
+def read_participation_log(
+  path: str | os.PathLike[str], columns: Sequence[str] | None = None, progress: bool = False
+) -> pa.Table:
   """The whole validated log as one pyarrow Table (columnar; extra columns preserved)."""
   tables = list(iter_log_batches(path, columns=columns, progress=progress))
   try:
@@ -343,166 +415,349 @@ class ParticipationArrays:
     return int(self.rounds.shape[0])
 
 
-def read_participation_arrays(path: str | os.PathLike[str],
-                              progress: bool = False) -> ParticipationArrays:
-  """Reads only (round, client_id) into numpy rounds + dictionary codes (≈ 8 bytes/row + the ids).
+def iter_participation_codes(
+  path: str | os.PathLike[str], index: "ClientIndex", progress: bool = False
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """Streams a log as (rounds int64, codes int32) per batch; ``index`` maps ids to codes.
+
+  New ids are added to ``index`` (codes number the clients in order of first appearance), so a
+  second pass with the same index gives the same codes. Memory: one batch plus the index.
+  """
+  for table in iter_log_batches(path, columns=REQUIRED_COLUMNS, progress=progress):
+    rounds = table.column(ROUND).to_numpy()
+    chunks = table.column(CLIENT_ID).chunks
+    codes = (
+      index.codes(chunks[0])
+      if len(chunks) == 1
+      else np.concatenate([index.codes(chunk) for chunk in chunks])
+    )
+    yield rounds, codes
+
+
+def read_participation_arrays(
+  path: str | os.PathLike[str], progress: bool = False
+) -> ParticipationArrays:
+  """Reads only (round, client_id) into numpy rounds + codes (12 bytes/row + the distinct ids).
 
   ``codes`` number the clients in order of first appearance in the log and ``client_ids`` lists them
-  in that order (as ``pyarrow.compute.dictionary_encode`` would). Fast path: when the ids are short
-  enough to be packed losslessly into an int64 (``_IdPacker``), the int64 keys are hashed instead of
-  the strings (≈ 5× faster); otherwise the strings are dictionary-encoded. Same result either way.
+  in that order (as ``pyarrow.compute.dictionary_encode`` would), through ``ClientIndex``.
   """
+  index = ClientIndex()
   round_chunks: list[np.ndarray] = []
-  id_chunks: list[pa.Array] = []
-  packer = _IdPacker()
-  for table in iter_log_batches(path, columns=REQUIRED_COLUMNS, progress=progress):
-    round_chunks.append(table.column(ROUND).to_numpy())
-    for chunk in table.column(CLIENT_ID).chunks:
-      packer.observe(chunk)
-      id_chunks.append(chunk)
-  rounds = np.concatenate(round_chunks)
-  del round_chunks
-  if packer.fits():
-    # Pack chunk by chunk, freeing the strings as we go, then hash int64 keys.
-    key_chunks = []
-    while id_chunks:
-      key_chunks.append(pa.array(packer.pack(id_chunks.pop(0)), pa.int64()))
-    encoded = pc.dictionary_encode(pa.chunked_array(key_chunks, type=pa.int64()))
-    del key_chunks
-    codes = np.concatenate([c.indices.to_numpy() for c in encoded.chunks])
-    dictionary = packer.unpack(encoded.chunks[0].dictionary.to_numpy())
-    return ParticipationArrays(rounds=rounds, codes=codes, client_ids=dictionary)
-  encoded = pc.dictionary_encode(pa.chunked_array(id_chunks, type=pa.string()))
-  del id_chunks
-  codes = np.concatenate([c.indices.to_numpy() for c in encoded.chunks])
-  dictionary = encoded.chunks[0].dictionary if encoded.num_chunks else pa.array([], pa.string())
-  return ParticipationArrays(rounds=rounds, codes=codes, client_ids=dictionary)
+  code_chunks: list[np.ndarray] = []
+  for rounds, codes in iter_participation_codes(path, index, progress=progress):
+    round_chunks.append(rounds)
+    code_chunks.append(codes)
+  return ParticipationArrays(
+    rounds=np.concatenate(round_chunks).astype(np.int64, copy=False),
+    codes=np.concatenate(code_chunks),
+    client_ids=index.client_ids(),
+  )
 
 
 def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
   """(offsets [len+1], data uint8) of a string/large_string array, as zero-copy numpy views."""
   off_type = np.int64 if pa.types.is_large_string(arr.type) else np.int32
   bufs = arr.buffers()
-  offsets = np.frombuffer(bufs[1], dtype=off_type)[arr.offset:arr.offset + len(arr) + 1]
+  offsets = np.frombuffer(bufs[1], dtype=off_type)[arr.offset : arr.offset + len(arr) + 1]
   data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
   return offsets, data
 
 
-class _IdPacker:
-  """Packs short client ids losslessly into 64-bit keys, vectorized (no Python objects per row).
+# Masks keeping the first l bytes of a little-endian 64-bit word, l = 0..8.
+_BYTE_MASKS = np.array([(1 << (8 * l)) - 1 for l in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+# Odd multipliers: words of a long id are combined with the next ones, the hash is a multiply,
+# xor-shift, multiply (splitmix64's constants; Steele, Lea & Flood 2014).
+_WORD_MULTIPLIERS = (0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x9E3779B97F4A7C15)
+_HASH_1 = np.uint64(0x9E3779B97F4A7C15)
+_HASH_2 = np.uint64(0xBF58476D1CE4E5B9)
 
-  Two encodings, chosen once all ids have been observed (``fits``):
-  - ``raw``: ASCII ids of at most 8 bytes, right-padded with a byte that occurs in no id, are read
-    as one little-endian 64-bit word each (injective since the pad byte only fills the end);
-  - ``compact``: an id of bytes s_0..s_{L-1} becomes sum_j sym(s_j) · base^(Lmax-1-j), where sym maps
-    the bytes occurring in the log to 1..A (in byte order) and the positions past the end of shorter
-    ids are 0 (base = A + 1). Injective (0 only pads the end); requires base^Lmax < 2^63: e.g.
-    decimal ids up to 18 characters, hex ids up to 15, alphanumeric ids up to 10.
-  ``unpack`` inverts either encoding. Longer ids are not packed (the caller hashes the strings).
+
+def _id_words(arr: pa.Array, num_words: int) -> tuple[list[np.ndarray], np.ndarray, bool]:
+  """Each id's bytes, zero-padded to ``num_words`` little-endian 64-bit words (vectorized).
+
+  Returns (words: ``num_words`` uint64 arrays, lengths, whether some id has a NUL byte). Ids longer
+  than ``8 * num_words`` bytes are the caller's to widen (``lengths`` tells). Each word is one
+  unaligned 8-byte load per id through a byte-strided view of arrow's data buffer, masked to the
+  id's length: no copy of the strings.
+  """
+  offsets, data = _string_buffers(arr)
+  lengths = np.diff(offsets)
+  lo, hi = int(offsets[0]), int(offsets[-1])
+  has_nul = bool(hi > lo and np.count_nonzero(data[lo:hi]) != hi - lo)
+  size = data.shape[0]
+  if size < 16:  # Tiny buffer: a zero-padded copy is simplest.
+    data = np.concatenate([data, np.zeros(16, np.uint8)])
+    size = data.shape[0]
+  # words_at[p] = the 8 bytes data[p:p+8], for p <= size - 8.
+  words_at = np.ndarray(shape=(size - 7,), dtype="<u8", buffer=data, strides=(1,))
+  # Loads starting in the last 8 bytes of the buffer read a zero-padded copy of its tail instead.
+  tail = np.zeros(24, dtype=np.uint8)
+  tail[:8] = data[size - 8 :]
+  tail_words = np.ndarray(shape=(17,), dtype="<u8", buffer=tail, strides=(1,))
+  starts = offsets[:-1]
+  words = []
+  for j in range(num_words):
+    # Starts increase, so the ids whose j-th load would run past the buffer are a suffix.
+    cut = int(np.searchsorted(starts, size - 8 - 8 * j, side="right"))
+    word = np.empty(starts.shape[0], dtype=np.uint64)
+    word[:cut] = words_at[starts[:cut] + 8 * j if j else starts[:cut]]
+    if cut < starts.shape[0]:
+      pos = starts[cut:].astype(np.int64) + 8 * j - (size - 8)
+      word[cut:] = tail_words[np.clip(pos, 0, 16)]
+    if j:
+      word &= _BYTE_MASKS[np.clip(lengths - 8 * j, 0, 8)]
+    else:
+      word &= _BYTE_MASKS[np.minimum(lengths, 8)]
+    words.append(word)
+  return words, lengths, has_nul
+
+
+class ClientIndex:
+  """Client id strings -> dense int32 codes, numbered in order of first appearance.
+
+  A hash table over the ids' bytes, vectorized over a batch of ids (no Python per row). An id's key
+  is its bytes zero-padded to whole 64-bit words: injective as long as no id contains a NUL byte;
+  once one does, the id's length is prepended as a further key word (and the table rebuilt). Key
+  word 0 is never 0 (a length >= 1, or a first byte that is not NUL), so 0 marks an empty slot.
+
+  Open addressing with linear probing (Knuth, TAOCP vol. 3, 6.4) at load <= 1/4, without
+  wrap-around (a spill area follows the last home slot). A slot is one row of ``_cells``: the key
+  words, then the code, so a lookup touches one cache line; about 88% of the ids are found in their
+  home slot, and a random memory access is most of the cost, hence the low load. Arrow's own hash
+  kernels (dictionary_encode, unique) are 10-100x slower than this on 10M-row logs
+  (docs/benchmarks.md, section 2).
+
+  Memory: 4 x 8 x (key words + 1) bytes per distinct client (64 bytes for ids of <= 8 bytes).
   """
 
+  _LOAD_SHIFT = 2  # At most 2^-2 of the home slots hold a key.
+  _SPILL = 64  # Slots after the last home slot that probes may use before the table grows.
+  _INSERT_ROWS = 1 << 16
+  _SLICE_ROWS = 1 << 19
+
   def __init__(self):
-    self.present = np.zeros(256, dtype=bool)
-    self.max_len = 0
+    self._num_words = 1  # Byte words per key.
+    self._with_length = False  # Keys start with a length word (an id had a NUL byte).
+    self._size = 0
+    self._allocate(10)
 
-  def observe(self, arr: pa.Array) -> None:
-    if not len(arr):
-      return
-    offsets, data = _string_buffers(arr)
-    self.max_len = max(self.max_len, int(np.diff(offsets).max()))
-    if self.fits():  # Only worth scanning the bytes while packing is still possible.
-      used = pc.unique(pa.array(data[int(offsets[0]):int(offsets[-1])])).to_numpy()
-      self.present[used] = True
+  def __len__(self) -> int:
+    return self._size
 
   @property
-  def base(self) -> int:
-    return int(self.present.sum()) + 1
+  def _width(self) -> int:
+    return self._num_words + self._with_length
 
-  @property
-  def pad(self) -> Optional[int]:
-    """An ASCII byte (1..127) occurring in no id, when all ids are ASCII; else None."""
-    if self.present[128:].any():
-      return None
-    free = np.flatnonzero(~self.present[1:128])
-    return int(free[-1]) + 1 if free.size else None
+  def _allocate(self, bits: int) -> None:
+    """Empty cells: 2^bits home slots + spill + one slot never used (it ends every probe)."""
+    self._bits = bits
+    self._cells = np.zeros(((1 << bits) + self._SPILL + 1, self._width + 1), np.uint64)
 
-  @property
-  def raw(self) -> bool:
-    return 0 < self.max_len <= 8 and self.pad is not None
+  def _key_col(self, j: int) -> np.ndarray:
+    return self._cells[:, j]
 
-  def fits(self) -> bool:
-    return self.max_len > 0 and (self.raw or self.base ** self.max_len < 2**63)
+  def _code_col(self) -> np.ndarray:
+    return self._cells[:, -1].view(np.int64)
 
-  def _lut(self, dtype=np.int64) -> np.ndarray:
-    lut = np.zeros(256, dtype=dtype)
-    lut[self.present] = np.arange(1, self.base, dtype=dtype)
-    return lut
+  # -- keys and hashing --------------------------------------------------------------------------
 
-  def _padded(self, arr: pa.Array, width: int) -> Optional[np.ndarray]:
-    """[rows, width] uint8 matrix of the ids right-padded with ``pad`` (ASCII only), or None."""
-    pad = self.pad
-    if pad is None:
-      return None
-    padded = pc.ascii_rpad(arr, width=width, padding=chr(pad))
-    offsets, data = _string_buffers(padded)
-    n = len(padded)
-    if int(offsets[-1]) - int(offsets[0]) != n * width:  # Not fixed-width: let the caller gather.
-      return None
-    return data[int(offsets[0]):int(offsets[-1])].reshape(n, width)
+  def _batch_keys(self, ids: pa.Array) -> list[np.ndarray]:
+    """The key words of a batch of ids, widening the index first if the batch needs it."""
+    offsets, _ = _string_buffers(ids)
+    needed = max(1, -(-int(np.diff(offsets).max()) // 8))
+    if needed > self._num_words:  # Zero words change neither keys nor hashes: add empty columns.
+      cells = np.zeros(
+        (self._cells.shape[0], self._width + 1 + needed - self._num_words), np.uint64
+      )
+      cells[:, : self._width] = self._cells[:, : self._width]
+      cells[:, -1] = self._cells[:, -1]
+      self._cells = cells
+      self._num_words = needed
+    words, lengths, has_nul = _id_words(ids, self._num_words)
+    if has_nul and not self._with_length:
+      self._add_length_word()
+    if self._with_length:
+      return [lengths.astype(np.uint64)] + words
+    return words
 
-  def pack(self, arr: pa.Array) -> np.ndarray:
-    if self.raw:
-      mat = self._padded(arr, 8)
-      if mat is not None:
-        return np.ascontiguousarray(mat).view("<u8").reshape(-1).view(np.int64)
-      raise AssertionError("raw id packing needs fixed-width padded ids")  # Unreachable for ASCII.
-    base = self.base
-    key = np.zeros(len(arr), dtype=np.int64)
-    mat = self._padded(arr, self.max_len)
-    if mat is not None:  # Pad byte maps to symbol 0.
-      syms = np.take(self._lut(np.uint8), mat)
-      for j in range(self.max_len):
-        key *= base
-        key += syms[:, j]
-      return key
-    offsets, data = _string_buffers(arr)
-    lut = self._lut()
-    starts = offsets[:-1].astype(np.int64)
-    lengths = np.diff(offsets).astype(np.int64)
-    last = max(int(offsets[-1]) - 1, 0)
-    sym = np.empty(len(arr), dtype=np.int64)
-    for j in range(self.max_len):
-      pos = np.minimum(starts + j, last)
-      np.take(lut, data[pos], out=sym)
-      sym[lengths <= j] = 0
-      key *= base
-      key += sym
-    return key
+  def _add_length_word(self) -> None:
+    """Prepends each key's length (no id so far had a NUL byte: its nonzero bytes), rehashes."""
+    keys, codes = self._entries()
+    mat = np.stack(keys, axis=1).astype("<u8").view(np.uint8).reshape(codes.shape[0], 8 * len(keys))
+    lengths = np.count_nonzero(mat, axis=1).astype(np.uint64)
+    self._with_length = True
+    self._rebuild(self._bits, [lengths] + keys, codes)
 
-  def unpack(self, keys: np.ndarray) -> pa.Array:
-    """The string ids of packed keys (same order)."""
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
-    u = keys.shape[0]
-    if self.raw:
-      mat = keys.view(np.uint8).reshape(u, 8)
-      mask = mat != self.pad
-      data = mat[mask]
+  def _hash(self, keys: list[np.ndarray]) -> np.ndarray:
+    """64-bit hashes: multiply, xor-shift, multiply of the words (combined by odd multipliers)."""
+    h = keys[0] * _HASH_1
+    for j, word in enumerate(keys[1:]):
+      h ^= word * np.uint64(_WORD_MULTIPLIERS[j % len(_WORD_MULTIPLIERS)])
+    h ^= h >> np.uint64(29)
+    h *= _HASH_2
+    return h
+
+  def _hash_slots(self, keys: list[np.ndarray], bits: Optional[int] = None) -> np.ndarray:
+    """Home slots: the top ``bits`` bits of the hash."""
+    h = self._hash(keys)
+    h >>= np.uint64(64 - (self._bits if bits is None else bits))
+    return h.view(np.int64)
+
+  def _entries(self) -> tuple[list[np.ndarray], np.ndarray]:
+    """(key words, codes) of the occupied slots."""
+    used = np.nonzero(self._key_col(0))[0]  # (flatnonzero would copy the strided column)
+    return [self._key_col(j)[used] for j in range(self._width)], self._code_col()[used]
+
+  def _lookup(self, slot: np.ndarray, keys: list[np.ndarray], rows=None):
+    """(whether slot i holds row i's key, the slot's code): one take of whole cells."""
+    cells = np.take(self._cells, slot, axis=0)
+    match = None
+    for j, word in enumerate(keys):
+      eq = cells[:, j] == (word if rows is None else word[rows])
+      match = eq if match is None else np.logical_and(match, eq, out=match)
+    return match, cells[:, -1].view(np.int64)
+
+  # -- lookups and inserts -----------------------------------------------------------------------
+
+  def _find(self, keys: list[np.ndarray]) -> np.ndarray:
+    """Codes of the keys, -1 where absent."""
+    hit, codes = self._lookup(self._hash_slots(keys), keys)
+    if hit.all():
+      return codes
+    codes = codes.copy()
+    miss = np.flatnonzero(~hit)
+    # Linear probing from the home slot: a probe ends at the key or at an empty slot.
+    codes[miss] = -1
+    pending, slot = miss, self._hash_slots([k[miss] for k in keys])
+    key0 = self._key_col(0)
+    while pending.size:
+      occupied = key0[slot] != 0
+      pending, slot = pending[occupied], slot[occupied] + 1
+      if not pending.size:
+        break
+      hit, found = self._lookup(slot, keys, pending)
+      codes[pending[hit]] = found[hit]
+      miss = ~hit
+      pending, slot = pending[miss], slot[miss]
+    return codes
+
+  def _rebuild(self, bits: int, keys: list[np.ndarray], codes: np.ndarray) -> None:
+    """A table of 2^bits home slots (or more, if the spill overflows) holding the given entries.
+
+    Linear probing that inserts keys in order of home slot puts key i at
+    pos_i = max(home_i, pos_(i-1) + 1), i.e. pos = maximum.accumulate(home - i) + i: one stable
+    argsort (the old table is nearly in home order) and sequential writes, no probing.
+    """
+    h = self._hash(keys)
+    while True:
+      home = (h >> np.uint64(64 - bits)).view(np.int64)
+      order = np.argsort(home, kind="stable")
+      rank = np.arange(order.shape[0], dtype=np.int64)
+      pos = np.maximum.accumulate(home[order] - rank) + rank if order.shape[0] else rank
+      if not pos.shape[0] or pos[-1] < (1 << bits) + self._SPILL:
+        break
+      bits += 1
+    self._allocate(bits)
+    for j, word in enumerate(keys):
+      self._key_col(j)[pos] = word[order]
+    self._code_col()[pos] = codes[order]
+
+  def _insert(self, keys: list[np.ndarray]) -> np.ndarray:
+    """Adds absent keys (repeats allowed), numbered in order of first appearance; their codes.
+
+    No sort: each row probes for its key or a free slot; a free slot is claimed by writing the
+    row's key and provisional code -1 - row into it (one claimant wins it, the others see its key
+    and either share the slot or probe on). The largest mark of a slot is its key's first row, and
+    the first rows, in row order, receive the next codes. (A key already present resolves to its
+    slot, whose code is >= 0, and keeps it.)
+    """
+    rows = keys[0].shape[0]
+    if ((self._size + rows) << self._LOAD_SHIFT) > (1 << self._bits):
+      self._rebuild(
+        max(self._bits, (((self._size + rows) << self._LOAD_SHIFT) - 1).bit_length()),
+        *self._entries(),
+      )
+    mark = -1 - np.arange(rows, dtype=np.int64)
+    # Cell contents each row would claim: its key words, then its mark.
+    claims = np.empty((rows, self._cells.shape[1]), np.uint64)
+    for j, word in enumerate(keys):
+      claims[:, j] = word
+    claims[:, -1] = mark.view(np.uint64)
+    row_slot = np.empty(rows, dtype=np.int64)
+    pending = np.arange(rows)
+    slot = self._hash_slots(keys)
+    limit = (1 << self._bits) + self._SPILL
+    key0, code_col = self._key_col(0), self._code_col()
+    while pending.size:
+      if slot.max() >= limit:  # Spill full: grow, drop the provisional entries, start over.
+        self._rebuild(self._bits + 1, *self._entries_below(self._size))
+        return self._insert(keys)
+      # Free slots get a whole claimed cell (rows claiming one slot: the last write wins it);
+      # a row is resolved when its slot then holds its key (its own claim or another row's).
+      free = np.flatnonzero(key0[slot] == 0)
+      self._cells[slot[free]] = claims[pending[free]]
+      resolved, _ = self._lookup(slot, keys, pending)
+      done = np.flatnonzero(resolved)
+      row_slot[pending[done]] = slot[done]
+      rest = ~resolved
+      pending, slot = pending[rest], slot[rest] + 1
+    np.maximum.at(code_col, row_slot, mark)  # The mark of each new key's first row.
+    first = mark == code_col[row_slot]
+    new = int(np.count_nonzero(first))
+    code_col[row_slot[first]] = np.arange(self._size, self._size + new)
+    self._size += new
+    return code_col[row_slot].astype(np.int32)
+
+  def _entries_below(self, size: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Entries with codes in [0, size): the table without provisional (negative) codes."""
+    keys, codes = self._entries()
+    keep = codes >= 0
+    return [k[keep] for k in keys], codes[keep]
+
+  def codes(self, ids: pa.Array) -> np.ndarray:
+    """int32 codes of a string array of ids (non-null, non-empty), adding ids not seen before."""
+    if len(ids) > self._SLICE_ROWS:  # Later slices then find what earlier ones added.
+      return np.concatenate(
+        [self.codes(ids.slice(lo, self._SLICE_ROWS)) for lo in range(0, len(ids), self._SLICE_ROWS)]
+      )
+    if not len(ids):
+      return np.zeros(0, np.int32)
+    keys = self._batch_keys(ids)
+    codes = self._find(keys)
+    missing = np.flatnonzero(codes < 0)
+    # In slices, in row order (first appearance): a slice's probes stay short, and an id added by
+    # an earlier slice just resolves to its slot.
+    for lo in range(0, missing.shape[0], self._INSERT_ROWS):
+      rows = missing[lo : lo + self._INSERT_ROWS]
+      codes[rows] = self._insert([k[rows] for k in keys])
+    return codes.astype(np.int32)
+
+  # -- the dictionary ----------------------------------------------------------------------------
+
+  def client_ids(self) -> pa.Array:
+    """The distinct ids as a pyarrow string array, in code order."""
+    count = self._size
+    if not count:
+      return pa.array([], pa.string())
+    keys, codes = self._entries()
+    by_code = np.empty((count, len(keys)), dtype="<u8")
+    for j, k in enumerate(keys):
+      by_code[codes, j] = k
+    byte_words = by_code[:, 1:] if self._with_length else by_code
+    mat = np.ascontiguousarray(byte_words).view(np.uint8).reshape(count, -1)
+    if self._with_length:
+      lengths = by_code[:, 0].astype(np.int64)
     else:
-      keys = keys.copy()
-      base = self.base
-      inv = np.flatnonzero(self.present).astype(np.uint8)  # symbol s (1-based) -> byte inv[s-1]
-      syms = np.empty((u, self.max_len), dtype=np.int64)
-      for j in range(self.max_len - 1, -1, -1):
-        syms[:, j] = keys % base
-        keys //= base
-      mask = syms > 0
-      data = inv[syms[mask] - 1]
-    offsets = np.zeros(u + 1, dtype=np.int64)
-    np.cumsum(mask.sum(axis=1), out=offsets[1:])
+      lengths = np.count_nonzero(mat, axis=1)
+    data = mat[np.arange(mat.shape[1]) < lengths[:, None]]
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] < 2**31:
-      return pa.StringArray.from_buffers(u, pa.py_buffer(offsets.astype(np.int32)),
-                                         pa.py_buffer(data))
-    return pa.LargeStringArray.from_buffers(u, pa.py_buffer(offsets), pa.py_buffer(data))
+      return pa.StringArray.from_buffers(
+        count, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)
+      )
+    return pa.LargeStringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -546,16 +801,23 @@ class ParticipationLogWriter:
     else:
       self.abort()
 
-  def write_round(self, round_index: int, client_ids: Sequence[Any] | np.ndarray,
-                  **extra: Any) -> None:
+  def write_round(
+    self, round_index: int, client_ids: Sequence[Any] | np.ndarray, **extra: Any
+  ) -> None:
     """Appends the participants of one round; each extra column is a scalar or a per-client list."""
     m = len(client_ids)
-    cols = {k: (v if isinstance(v, (list, tuple, np.ndarray, pa.Array)) else [v] * m)
-            for k, v in extra.items()}
+    cols = {
+      k: (v if isinstance(v, (list, tuple, np.ndarray, pa.Array)) else [v] * m)
+      for k, v in extra.items()
+    }
     self.write_rows(np.full(m, round_index, dtype=np.int64), client_ids, **cols)
 
-  def write_rows(self, rounds: Sequence[int] | np.ndarray, client_ids: Sequence[Any] | np.ndarray,
-                 **extra: Sequence[Any] | np.ndarray) -> None:
+  def write_rows(
+    self,
+    rounds: Sequence[int] | np.ndarray,
+    client_ids: Sequence[Any] | np.ndarray,
+    **extra: Sequence[Any] | np.ndarray,
+  ) -> None:
     """Appends rows (round[i], client_ids[i], extra[i])."""
     if self._closed:
       raise ValueError("the participation log writer is closed")
@@ -567,8 +829,11 @@ class ParticipationLogWriter:
     r = r.astype(np.int64)
     if r.size and r.min() < 0:
       raise ValueError("rounds must be >= 0")
-    ids = pa.array([str(c) for c in client_ids], pa.string()) if not isinstance(
-        client_ids, pa.Array) else pc.cast(client_ids, pa.string())
+    ids = (
+      pa.array([str(c) for c in client_ids], pa.string())
+      if not isinstance(client_ids, pa.Array)
+      else pc.cast(client_ids, pa.string())
+    )
     if len(ids) != len(r):
       raise ValueError("rounds and client_ids differ in length")
     if len(ids) and pc.any(pc.equal(pc.utf8_length(ids), 0)).as_py():
@@ -577,8 +842,9 @@ class ParticipationLogWriter:
     for k, v in extra.items():
       if k in REQUIRED_COLUMNS:
         raise ValueError(f"extra column {k!r} clashes with a required column")
-      arrays[k] = v if isinstance(v, pa.Array) else pa.array(list(v) if not isinstance(
-          v, np.ndarray) else v)
+      arrays[k] = (
+        v if isinstance(v, pa.Array) else pa.array(list(v) if not isinstance(v, np.ndarray) else v)
+      )
       if len(arrays[k]) != len(r):
         raise ValueError(f"extra column {k!r} has the wrong length")
     table = pa.table(arrays)
@@ -595,10 +861,13 @@ class ParticipationLogWriter:
   def _open_writer(self) -> None:
     if self._fmt.kind == "csv":
       import pyarrow.csv as pacsv  # pylint: disable=g-import-not-at-top
-      self._writer = pacsv.CSVWriter(self._sink, self._schema,
-                                     write_options=pacsv.WriteOptions(quoting_style="needed"))
+
+      self._writer = pacsv.CSVWriter(
+        self._sink, self._schema, write_options=pacsv.WriteOptions(quoting_style="needed")
+      )
     elif self._fmt.kind == "parquet":
       import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
       self._writer = pq.ParquetWriter(self._sink, self._schema)
 
   def _write(self, table: pa.Table) -> None:
@@ -661,11 +930,13 @@ class ParticipationLogWriter:
       self.partial_path.unlink()
 
 
-def write_participation_log(path: str | os.PathLike[str], rounds: Sequence[int] | np.ndarray,
-                            client_ids: Sequence[Any] | np.ndarray,
-                            extra: Mapping[str, Sequence[Any]] | None = None) -> pathlib.Path:
+def write_participation_log(
+  path: str | os.PathLike[str],
+  rounds: Sequence[int] | np.ndarray,
+  client_ids: Sequence[Any] | np.ndarray,
+  extra: Mapping[str, Sequence[Any]] | None = None,
+) -> pathlib.Path:
   """Writes a whole log at once (atomically)."""
   with ParticipationLogWriter(path) as w:
     w.write_rows(rounds, client_ids, **(extra or {}))
   return pathlib.Path(path)
-
