@@ -56,5 +56,9 @@ class DpSgd(strategy_lib.Strategy):
     return streaming.IdentityStream()
 
   @classmethod
+  def optimize_cost(cls, schema, options=strategy_lib.OptimizeOptions()):
+    return cls().evaluation_cost(schema)  # Nothing to optimize.
+
+  @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
     return cls(), {"objective": options.objective or "rms"}

@@ -436,8 +436,13 @@ class BandToeplitz(strategy_lib.Strategy):
       if self.column_normalized:
         return strategy_lib.Conditioning(1.0, 1.0, diagonal, 1, unstable)
       return strategy_lib.Conditioning(c0, 1.0 / c0, diagonal, 1, unstable)
-    resources.check_memory(
-      4.0 * resources.FLOAT * n, "C⁻¹'s impulse response", f"checking band-toeplitz at n={n}"
+    resources.check(
+      resources.Cost.of(
+        "C⁻¹'s impulse response",
+        4.0 * resources.FLOAT * n,
+        float(n) * min(self.bands, n) / resources.VECTOR_RATE,
+      ),
+      f"checking the conditioning of band-toeplitz at n={n}",
     )
     c = _as_coefs(self.coefficients, n)
     rows = np.sqrt(np.cumsum(inverse_coefs(c, n) ** 2))  # ‖ĉ[:i+1]‖

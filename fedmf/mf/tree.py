@@ -380,5 +380,9 @@ class Tree(strategy_lib.Strategy):
     return np.linalg.norm(per_round_decoder(n, self.variant), axis=1)
 
   @classmethod
+  def optimize_cost(cls, schema, options=strategy_lib.OptimizeOptions()):
+    return cls(variant=options.tree_variant).evaluation_cost(schema)  # Nothing to optimize.
+
+  @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
     return cls(variant=options.tree_variant), {'objective': options.objective or 'rms'}

@@ -264,7 +264,14 @@ def _check_mu(mu: float, what: str) -> None:
 
 def gaussian_epsilon_with(mu: float, delta: float, accountant: str) -> float:
   if accountant == "pld":
-    return pld_gaussian_epsilon(mu, delta)
+    epsilon = pld_gaussian_epsilon(mu, delta)
+    if not math.isfinite(epsilon):
+      # dp_accounting's PLD reports ε = inf for δ below its resolution (about 1e-15).
+      raise FedmfUserError(
+        f"the PLD accountant cannot resolve delta = {delta:g} (its epsilon is infinite there); "
+        f"use --accountant analytic (the exact curve) or a larger delta"
+      )
+    return epsilon
   if accountant == "analytic":
     return float(gaussian_epsilon(mu, delta))
   raise FedmfUserError(f"accountant must be one of {_ACCOUNTANTS}, got {accountant!r}")
@@ -354,6 +361,11 @@ def account(
   return _accounting_of(sens, sigma, delta, accountant)
 
 
+# PLD checks after the analytic calibration: three steps of 1e-4, then doubling steps (σ may end up
+# to one step above the smallest PLD-valid σ: conservative).
+_CALIBRATION_STEPS = 24
+
+
 def calibrate_noise_multiplier(
   strategy: Any,
   schema: ParticipationSchema,
@@ -367,7 +379,8 @@ def calibrate_noise_multiplier(
 
   Inverts the analytic Gaussian curve for μ = s/σ. With accountant='pld' the PLD estimate
   (pessimistic by about its discretization) is then checked and σ raised by relative steps of
-  1e-4 until the PLD ε is ≤ the target too.
+  1e-4 until the PLD ε is ≤ the target too; past three steps the step doubles, so at most
+  `_CALIBRATION_STEPS` grids are built (each one estimated against the limits first).
   """
   target_epsilon = validate_epsilon(target_epsilon)
   delta = validate_delta(delta)
@@ -376,12 +389,27 @@ def calibrate_noise_multiplier(
   _check_mu(mu, f"target epsilon {target_epsilon:g} is too large to calibrate")
   sigma = sens.value / mu * (1.0 + 1e-12)
   result = _accounting_of(sens, sigma, delta, accountant)
-  for _ in range(100):
+  step, grids = 1e-4, 1
+  for attempt in range(_CALIBRATION_STEPS):
     if result.epsilon <= target_epsilon:
-      break
-    sigma *= 1.0 + 1e-4
+      return result
+    if accountant == "pld":  # Each step builds a new grid: their time adds up.
+      grids += 1
+      resources.check(
+        resources.Cost(pld_gaussian_cost(sens.value / sigma).steps * grids),
+        f"calibrating σ with the PLD accountant ({grids} grids so far)",
+      )
+    sigma *= 1.0 + step
+    if attempt >= 2:
+      step *= 2.0
     result = _accounting_of(sens, sigma, delta, accountant)
-  return result
+  if result.epsilon <= target_epsilon:
+    return result
+  # Never report an uncalibrated σ as calibrated.
+  raise FedmfUserError(
+    f"calibration did not reach epsilon {target_epsilon:g} with the {accountant} accountant "
+    f"(epsilon {result.epsilon:.6g} at noise multiplier {result.noise_multiplier:.6g})"
+  )
 
 
 # ---------------------------------------------------------------------------------------------------
