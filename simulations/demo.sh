@@ -10,11 +10,11 @@ N=${N:-60}; B=${B:-15}; K=${K:-4}; EPS=${EPS:-8}; DELTA=${DELTA:-1e-6}
 P=(--n "$N" --min-sep "$B" --max-participations "$K")
 
 echo "== 1. strategies for n=$N rounds, min-sep b=$B, at most k=$K participations"
-fedmf strategy optimize --mechanism dpsgd "${P[@]}" --out "$out/dpsgd.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism tree --tree-variant online-honaker "${P[@]}" --out "$out/tree.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism band-toeplitz "${P[@]}" --out "$out/band-toeplitz.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism bandmf "${P[@]}" --out "$out/bandmf.json" --no-progress > /dev/null
-fedmf strategy optimize --mechanism blt "${P[@]}" --out "$out/blt.json" --no-progress > /dev/null
+fedmf strategy optimize --mechanism dpsgd "${P[@]}" --out "$out/dpsgd.json" --force --no-progress > /dev/null
+fedmf strategy optimize --mechanism tree --tree-variant online-honaker "${P[@]}" --out "$out/tree.json" --force --no-progress > /dev/null
+fedmf strategy optimize --mechanism band-toeplitz "${P[@]}" --out "$out/band-toeplitz.json" --force --no-progress > /dev/null
+fedmf strategy optimize --mechanism bandmf "${P[@]}" --out "$out/bandmf.json" --force --no-progress > /dev/null
+fedmf strategy optimize --mechanism blt "${P[@]}" --out "$out/blt.json" --force --no-progress > /dev/null
 for s in dpsgd tree band-toeplitz bandmf blt; do
   fedmf strategy evaluate "$out/$s.json" "${P[@]}"
 done
