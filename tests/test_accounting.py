@@ -334,3 +334,62 @@ def test_account_and_calibration_refuse_a_bandmf_built_for_fewer_rounds():
   assert accounting.account(
     short, ParticipationSchema(3, 1, 2), 1.0, 1e-6
   ).sensitivity == pytest.approx(2**0.5)
+
+
+# --- issue 14: every number in range, every grid estimated first ------------------------------
+
+DPSGD = {"mechanism": "dpsgd"}
+ONE_ROUND = ParticipationSchema(1)
+
+
+def test_noise_multipliers_at_the_float64_edges_are_one_line_errors_or_exact():
+  with pytest.raises(FedmfUserError, match=r"μ = s/σ = 1e\+300 exceeds 1e\+06"):
+    accounting.account(DPSGD, ONE_ROUND, 1e-300, 1e-5)
+  with pytest.raises(
+    FedmfUserError, match="beyond the PLD accountant's range.*--accountant analytic"
+  ):
+    accounting.account(DPSGD, ONE_ROUND, 1e300, 1e-5)
+  far = accounting.account(DPSGD, ONE_ROUND, 1e300, 1e-5, accountant="analytic")
+  assert far.epsilon == 0.0 and far.rho == 0.0  # exact: δ(0) ≈ 4e-301 ≤ δ
+  near = accounting.account(DPSGD, ONE_ROUND, 1e-6, 1e-5, accountant="analytic")  # μ = 1e6
+  assert math.isfinite(near.epsilon) and near.epsilon >= 0.5e12
+  assert accounting.rho_zcdp(1.0, 1e300) == 0.0  # σ² overflows: ρ underflows, no OverflowError
+
+
+@pytest.mark.parametrize("sigma", ["1.0", True, None, [1.0]])
+def test_a_noise_multiplier_that_is_not_a_number_is_refused(sigma):
+  with pytest.raises(FedmfUserError, match="noise multiplier must be a number"):
+    accounting.account(DPSGD, ONE_ROUND, sigma, 1e-5)
+
+
+def test_pld_grid_is_estimated_before_it_is_allocated():
+  # ε = 1e9 needs μ ≈ 44717: a PLD grid of 2e13 points (146 TiB of int64 in dp_accounting).
+  with pytest.raises(FedmfUserError) as info:
+    accounting.calibrate_noise_multiplier(DPSGD, ONE_ROUND, 1e9, 1e-5)
+  message = str(info.value)
+  assert "PLD accountant" in message and "PiB of memory" in message and "2e+13 points" in message
+  assert "limit of 4 GiB" in message and "--accountant analytic" in message
+  exact = accounting.calibrate_noise_multiplier(DPSGD, ONE_ROUND, 1e9, 1e-5, accountant="analytic")
+  assert exact.epsilon <= 1e9 and exact.epsilon == pytest.approx(1e9, rel=1e-6)
+  with pytest.raises(FedmfUserError, match="target epsilon 1e\\+20 is too large to calibrate"):
+    accounting.calibrate_noise_multiplier(DPSGD, ONE_ROUND, 1e20, 1e-5, accountant="analytic")
+
+
+def test_pld_estimate_bounds_its_measured_peak():
+  import tracemalloc
+
+  accounting.pld_gaussian_epsilon(0.01, 1e-5)  # imports dp_accounting outside the measurement
+  mu = 0.3
+  tracemalloc.start()
+  try:
+    accounting.pld_gaussian_epsilon(mu, 1e-5)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert peak <= accounting.pld_gaussian_cost(mu).memory_bytes
+
+
+def test_sensitivity_work_is_estimated_before_it_starts():
+  blt = {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]}
+  with pytest.raises(FedmfUserError, match=r"sensitivity of blt \(2 buffers\) at n=10000000 needs"):
+    accounting.account(blt, ParticipationSchema(10**7, 1), 1.0, 1e-5)

@@ -46,6 +46,7 @@ def add_parser(subparsers: Any) -> None:
     parser, accountant_help="pld: dp_accounting PLD (pessimistic); analytic: exact Gaussian curve"
   )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
+  common.add_resource_args(parser)
   parser.set_defaults(func=run)
 
 

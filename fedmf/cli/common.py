@@ -10,13 +10,19 @@ from pathlib import Path
 from fedmf.errors import FedmfUserError
 
 
+def _show(text: str, limit: int = 40) -> str:
+  """repr(text), cut to one short line (a value may be a 5000-digit number)."""
+  shown = repr(text)
+  return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
+
+
 def positive_int(text: str) -> int:
   try:
     value = int(text)
   except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {_show(text)}") from None
   if value < 1:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {_show(text)}")
   return value
 
 
@@ -24,9 +30,9 @@ def positive_float(text: str) -> float:
   try:
     value = float(text)
   except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    raise argparse.ArgumentTypeError(f"expected a positive number, got {_show(text)}") from None
   if not math.isfinite(value) or value <= 0:
-    raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected a positive finite number, got {_show(text)}")
   return value
 
 
@@ -35,9 +41,9 @@ def probability(text: str) -> float:
   try:
     value = float(text)
   except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {_show(text)}") from None
   if not 0 < value < 1:
-    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {_show(text)}")
   return value
 
 
@@ -59,11 +65,68 @@ def add_participation_args(parser: argparse.ArgumentParser, required: bool = Tru
 
 def check_writable(path: str) -> None:
   """Fails early, before long work, if the output file's directory does not exist or is not writable."""
-  parent = Path(path).resolve().parent
+  try:
+    parent = Path(path).resolve().parent
+  except (OSError, ValueError, RuntimeError) as e:  # e.g. an embedded NUL, a symlink loop
+    raise FedmfUserError(f"cannot use output path {path!r}: {e}") from None
   if not parent.is_dir():
     raise FedmfUserError(f"output directory does not exist: {parent}")
   if not os.access(parent, os.W_OK):
     raise FedmfUserError(f"output directory is not writable: {parent}")
+
+
+def check_output_file(path: str, flag: str, force: bool = False) -> None:
+  """Fails early, before long work, unless `path` (the value of `flag`) can become a new file.
+
+  Refuses a directory, an existing file without --force (a finished result is not overwritten by
+  accident) and a missing or read-only directory.
+  """
+  try:
+    target = Path(path)
+    is_dir, exists = target.is_dir(), target.exists() or target.is_symlink()
+  except (OSError, ValueError) as e:
+    raise FedmfUserError(f"{flag} {path!r}: {e}") from None
+  if is_dir:
+    raise FedmfUserError(f"{flag} {path} is a directory; give a file name")
+  if exists and not force:
+    raise FedmfUserError(f"{flag} {path} exists; pass --force to overwrite it")
+  check_writable(path)
+
+
+def seed(text: str) -> int:
+  """A seed: an integer in [0, 2^64) (the stateless RNG keys hold 64 bits)."""
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+      f"expected an integer in [0, 2^64), got {_show(text)}"
+    ) from None
+  if not 0 <= value < 2**64:
+    raise argparse.ArgumentTypeError(f"expected an integer in [0, 2^64), got {_show(text)}")
+  return value
+
+
+def gib(text: str) -> float:
+  """A memory limit in GiB (--max-memory), returned in bytes."""
+  return positive_float(text) * 2**30
+
+
+def add_resource_args(parser: argparse.ArgumentParser) -> None:
+  """--max-memory and --max-seconds: the limits of fedmf.mf.resources for this command."""
+  parser.add_argument(
+    "--max-memory",
+    type=gib,
+    default=None,
+    metavar="GIB",
+    help="refuse work whose estimated peak memory exceeds this many GiB (default 4)",
+  )
+  parser.add_argument(
+    "--max-seconds",
+    type=positive_float,
+    default=None,
+    metavar="S",
+    help="refuse work whose estimated time exceeds this many seconds (default 120)",
+  )
 
 
 def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None = None) -> None:

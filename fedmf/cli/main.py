@@ -5,7 +5,10 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`, which
 dependencies (TensorFlow, TFF) lazily, inside `func`, so that `fedmf --help` stays fast.
 
 Errors that are the user's fault (bad files, bad values) are raised as `fedmf.errors.FedmfUserError`
-subclasses (or `ValueError`s from the validators) and printed as one line, exit code 2, no traceback.
+subclasses (or `ValueError`s from the validators) and printed as one line, exit code 2, no traceback;
+so are usage errors. Work is estimated before it starts (`fedmf.mf.resources`; --max-memory and
+--max-seconds where a command offers them). Ctrl-C exits 130 and SIGTERM 143, both after the
+command's cleanup (no temporary file is left behind).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 
 from fedmf import __version__
 from fedmf.errors import FedmfUserError
+from fedmf.mf import resources
 
 # Registered subcommand modules, in help order. A module is listed here only once its command works.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -28,8 +33,32 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class OneLineArgumentParser(argparse.ArgumentParser):
+  """Usage errors as one line on stderr (exit 2), like every other fedmf error."""
+
+  def error(self, message: str):  # type: ignore[override]
+    message = " ".join(str(message).split())
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised like Ctrl-C so that the same cleanup (finally blocks, temporary files) runs."""
+
+
+def _raise_terminated(signum, frame):  # pylint: disable=unused-argument
+  raise Terminated()
+
+
+def _handle_sigterm():
+  """Installs the SIGTERM handler (main thread only); returns the previous one, or None."""
+  try:
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+  except ValueError:  # Not the main thread (e.g. an embedding program): leave signals alone.
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = OneLineArgumentParser(
     prog="fedmf",
     description=(
       "Differentially private federated learning with correlated noise: optimize strategies "
@@ -59,16 +88,31 @@ def main(argv: list[str] | None = None) -> int:
   if not getattr(args, "func", None):
     parser.print_help()
     return 0 if args.command is None else 2
+  previous = _handle_sigterm()
   try:
-    return int(args.func(args) or 0)
+    with resources.limits(getattr(args, "max_memory", None), getattr(args, "max_seconds", None)):
+      return int(args.func(args) or 0)
   except (FedmfUserError, ValueError, FileNotFoundError) as e:
     # One line, naming the problem; the exit code matches argparse's usage errors.
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     print(f"fedmf {args.command}: error: {message}", file=sys.stderr)
     return 2
+  except MemoryError:
+    # The estimates refuse known large work first; this is the last line of defence.
+    print(
+      f"fedmf {args.command}: error: out of memory (lower the sizes, or see --max-memory)",
+      file=sys.stderr,
+    )
+    return 2
+  except Terminated:
+    print(f"fedmf {args.command}: terminated (SIGTERM)", file=sys.stderr)
+    return 143
   except KeyboardInterrupt:
     print(f"fedmf {args.command}: interrupted", file=sys.stderr)
     return 130
+  finally:
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from typing import Any, Callable, Optional
 
 from fedmf.cli import common
+from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger("fedmf.strategy")
 
@@ -67,8 +69,12 @@ def add_parser(subparsers: Any) -> None:
   opt.add_argument(
     "--max-iter", type=common.positive_int, default=None, help="optimizer iteration budget"
   )
-  opt.add_argument("--seed", type=int, default=0, help="seed for multi-start optimizers")
+  opt.add_argument(
+    "--seed", type=common.seed, default=0, help="seed for multi-start optimizers, in [0, 2^64)"
+  )
   opt.add_argument("--out", required=True, help="output strategy JSON file")
+  opt.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+  common.add_resource_args(opt)
   opt.add_argument("--json", action="store_true", help="print the evaluation of the result as JSON")
   opt.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   opt.set_defaults(func=run_optimize)
@@ -95,6 +101,7 @@ def add_parser(subparsers: Any) -> None:
     help="also report the RMSE at this noise multiplier (applied to C as loaded)",
   )
   ev.add_argument("--json", action="store_true", help="print one JSON object")
+  common.add_resource_args(ev)
   ev.set_defaults(func=run_evaluate)
 
 
@@ -103,6 +110,10 @@ def _evaluation_dict(evaluation, noise_multiplier: Optional[float] = None) -> di
   if noise_multiplier is not None:
     out["noise_multiplier"] = noise_multiplier
     out["rmse"] = evaluation.rmse(noise_multiplier)
+    if not math.isfinite(out["rmse"]):
+      raise FedmfUserError(
+        f"--noise-multiplier {noise_multiplier:g}: the RMSE σ·RmsError overflows float64"
+      )
   return out
 
 
@@ -182,17 +193,12 @@ class _Progress:
 
 
 def run_optimize(args: argparse.Namespace) -> int:
-  from fedmf.mf import evaluation, strategies
+  import dataclasses
+
+  from fedmf.mf import evaluation, resources, strategies
   from fedmf.mf.schema import ParticipationSchema
 
-  common.check_writable(args.out)
-  total = args.max_iter if args.mechanism == "bandmf" else None
-  bar = _Progress(
-    not args.no_progress and args.mechanism not in ("dpsgd", "tree"),
-    total,
-    f"optimize {args.mechanism}",
-  )
-  start = time.perf_counter()
+  common.check_output_file(args.out, "--out", force=args.force)
   schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
   options = strategies.OptimizeOptions(
     bands=args.bands,
@@ -202,10 +208,21 @@ def run_optimize(args: argparse.Namespace) -> int:
     column_normalize=args.column_normalize,
     max_iter=args.max_iter,
     seed=args.seed,
-    progress=bar,
   )
+  mechanism = strategies.mechanism_class(args.mechanism)
+  # The optimizer and the evaluation of its result, estimated before either starts.
+  resources.check(
+    mechanism.optimize_cost(schema, options), f"optimizing {args.mechanism} at n={args.n}"
+  )
+  total = args.max_iter if args.mechanism == "bandmf" else None
+  bar = _Progress(
+    not args.no_progress and args.mechanism not in ("dpsgd", "tree"),
+    total,
+    f"optimize {args.mechanism}",
+  )
+  start = time.perf_counter()
   try:
-    strategy, info = strategies.mechanism_class(args.mechanism).optimize(schema, options)
+    strategy, info = mechanism.optimize(schema, dataclasses.replace(options, progress=bar))
   finally:
     bar.close()
   seconds = time.perf_counter() - start

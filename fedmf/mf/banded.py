@@ -30,6 +30,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 import numpy as np
 import scipy.linalg
 
+from fedmf.mf import resources
 from fedmf.mf import strategy as strategy_lib
 from fedmf.mf import streaming
 from fedmf.mf import workloads as workloads_lib
@@ -100,7 +101,15 @@ def normalize_columns(columns: ColumnsLike, n: int | None = None) -> np.ndarray:
     ValueError: if a truncated column is all zero.
   """
   theta = columns_to_theta(columns, n)
-  norms = np.sqrt(np.sum(theta * theta, axis=0))
+  with np.errstate(over="ignore", under="ignore"):
+    norms = np.sqrt(np.sum(theta * theta, axis=0))
+  # Entries below 1e-154 or above 1e154 under- or overflow when squared: rescale those columns by
+  # their largest entry first (the others keep the plain formula, bit for bit).
+  rescale = np.flatnonzero(~(norms > 1e-150) | ~(norms < 1e150))
+  if rescale.size:
+    peaks = np.max(np.abs(theta[:, rescale]), axis=0)
+    scaled = theta[:, rescale] / np.where(peaks > 0.0, peaks, 1.0)
+    norms[rescale] = peaks * np.sqrt(np.sum(scaled * scaled, axis=0))
   bad = np.flatnonzero(~(norms > 0.0) | ~np.isfinite(norms))
   if bad.size:
     raise ValueError(
@@ -166,10 +175,11 @@ class BandedStream(streaming.NoiseStream):
   table: Optional[np.ndarray] = None  # (n, b̂): table[t, r] = C[t, t-r] (0 where t < r).
   coefs: Optional[tuple[float, ...]] = None  # (b̂,): C[t, t-r] = coefs[r].
   row_norm_table: Optional[np.ndarray] = None  # (n,): ‖row_t of C⁻¹‖ with `table`.
+  rounds: Optional[int] = None  # A horizon for the Toeplitz form (its C⁻¹ grows with the rounds).
 
   @property
   def horizon(self) -> Optional[int]:  # type: ignore[override]
-    return None if self.table is None else int(self.table.shape[0])
+    return self.rounds if self.table is None else int(self.table.shape[0])
 
   @property
   def memory(self) -> int:
@@ -229,6 +239,50 @@ class BandedStream(streaming.NoiseStream):
     return ops.sqrt(cum + c_hat * c_hat)
 
 
+def inverse_row_sq_norms(theta: np.ndarray) -> np.ndarray:
+  """‖row_t(C⁻¹)‖² for t < n of the banded C given by theta, without an n×n matrix.
+
+  They are the diagonal of W = C⁻¹C⁻ᵀ. C W = C⁻ᵀ is upper triangular with diagonal 1/C_tt, so for
+  j ≤ t
+      W_tj = (δ_tj / C_tt - Σ_{r=1}^{b̂-1} C[t, t-r] W_{t-r, j}) / C_tt,
+  which only reads the (b̂-1)×(b̂-1) window of W next to the diagonal (selected inversion,
+  Takahashi, Fagan and Chin 1973): O(n·b̂²) time and O(b̂²) memory, kept as a ring indexed by
+  round mod (b̂-1). When b̂ > n/4 the dense triangular inverse (LAPACK dtrtri, n³/3 BLAS-3 work) is
+  faster and used instead. A singular or overflowing C gives inf (callers refuse it).
+  """
+  theta = np.asarray(theta, dtype=np.float64)
+  bands, n = theta.shape
+  if 4 * bands > n:
+    c = banded_matrix(theta)
+    with np.errstate(all='ignore'):
+      c_inv, info = scipy.linalg.lapack.dtrtri(c, lower=1)
+      if info != 0:
+        return np.full(n, np.inf)
+      return np.einsum('ij,ij->i', c_inv, c_inv)
+  m = bands - 1
+  out = np.empty(n)
+  window = np.zeros((max(m, 1), max(m, 1)))  # window[k % m, j % m] = W_kj for k, j in [t-m, t)
+  row = np.zeros(max(m, 1))
+  lags = np.arange(1, m + 1)
+  with np.errstate(all='ignore'):
+    for t in range(n):
+      d = theta[0, t]
+      if not m:
+        out[t] = 1.0 / (d * d)
+        continue
+      r = lags[lags <= t]
+      row[:] = 0.0
+      row[(t - r) % m] = theta[r, t - r]  # C[t, t-r] at the ring slot of round t - r.
+      w = -(window @ row) / d  # W_{t,k} for the rounds k of the window.
+      w_tt = (1.0 / d - row @ w) / d
+      out[t] = w_tt
+      slot = t % m  # Round t - m leaves the window, round t takes its slot.
+      window[slot, :] = w
+      window[:, slot] = w
+      window[slot, slot] = w_tt
+  return out
+
+
 def banded_stream(theta: np.ndarray) -> BandedStream:
   """The C⁻¹ stream of the banded C given by theta (b̂ × n) over its horizon n."""
   theta = np.asarray(theta, dtype=np.float64)
@@ -238,17 +292,15 @@ def banded_stream(theta: np.ndarray) -> BandedStream:
   table = np.zeros((n, bands))
   for r in range(bands):  # table[t, r] = C[t, t-r] = theta[r, t-r].
     table[r:, r] = theta[r, : n - r]
-  # ‖row_t(C⁻¹)‖ by forward substitution on the identity (O(n²·b̂), dense n×n).
-  c_inv = scipy.linalg.solve_triangular(banded_matrix(theta), np.eye(n), lower=True)
-  return BandedStream(bands=bands, table=table, row_norm_table=np.linalg.norm(c_inv, axis=1))
+  return BandedStream(bands=bands, table=table, row_norm_table=np.sqrt(inverse_row_sq_norms(theta)))
 
 
-def toeplitz_stream(coefs: Sequence[float]) -> BandedStream:
-  """The C⁻¹ stream of the banded Toeplitz C = LtToep(coefs), with no horizon."""
+def toeplitz_stream(coefs: Sequence[float], rounds: Optional[int] = None) -> BandedStream:
+  """The C⁻¹ stream of the banded Toeplitz C = LtToep(coefs), with no horizon unless `rounds`."""
   coefs = tuple(float(c) for c in coefs)
   if coefs[0] == 0.0:
     raise ValueError("the diagonal coefficient coefs[0] must be non-zero")
-  return BandedStream(bands=len(coefs), coefs=coefs)
+  return BandedStream(bands=len(coefs), coefs=coefs, rounds=rounds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,6 +514,29 @@ def _zero_out_of_range(theta: np.ndarray) -> np.ndarray:
 # The BandMF strategy.
 
 
+def banded_sensitivity_cost(schema, bands: int) -> Optional[resources.Cost]:
+  """Cost of the exact banded sensitivity (b ≥ b̂; None otherwise): the band and VecSens."""
+  n, b, k = schema.n, schema.min_sep, schema.effective_max_participations
+  if b < min(bands, n):
+    return None
+  return resources.Cost.of(
+    f"the {min(bands, n)}×{n} band and VecSens over its column norms",
+    resources.FLOAT * (4.0 * min(bands, n) + 8.0) * float(n),
+    float(n) * (min(bands, n) + k) / resources.VECTOR_RATE,
+  )
+
+
+def banded_error_cost(n: int, bands: int) -> resources.Cost:
+  """Cost of `decoder_row_sq_norms` for the prefix sum: O(n²b̂) time, O(n b̂) memory."""
+  bands = min(bands, n)
+  return resources.Cost.of(
+    f"the O(n²·b̂) banded recursion for the errors (n={n}, b̂={bands})",
+    resources.FLOAT * (4.0 * bands * float(n) + 6.0 * n),
+    # Row i costs (2(b̂-1) + 8)·i vector operations: the band product and the running sums.
+    float(n) / resources.PYTHON_RATE + (bands + 3.0) * float(n) ** 2 / resources.VECTOR_RATE,
+  )
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class BandMF(strategy_lib.Strategy):
   """Column-normalized b̂-banded C over `n` rounds (Scaling BandMF §3.1).
@@ -477,6 +552,7 @@ class BandMF(strategy_lib.Strategy):
   theta: np.ndarray
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = "bandmf"
+  conditioning_field: ClassVar[str] = "strategy field 'columns'"
 
   @property
   def columns(self) -> list[list[float]]:
@@ -500,32 +576,30 @@ class BandMF(strategy_lib.Strategy):
       raise strategy_lib.StrategyError(
         f"strategy field 'columns' must be a list of n={n} columns, got {got}"
       )
+    resources.check_memory(
+      3.0 * resources.FLOAT * bands * n, f"its {bands}×{n} band", f"loading bandmf (n={n})"
+    )
     theta = np.zeros((bands, n))
     for j, column in enumerate(columns):
       expected = min(bands, n - j)
-      try:
-        values = np.asarray(column, dtype=np.float64)
-      except (TypeError, ValueError):
-        raise strategy_lib.StrategyError(
-          f"strategy field 'columns[{j}]' must be a list of numbers"
-        ) from None
-      if values.ndim != 1 or len(values) != expected:
+      values = strategy_lib.float_array(column, f"strategy field 'columns[{j}]'", 1)
+      if len(values) != expected:
         raise strategy_lib.StrategyError(
           f"strategy field 'columns[{j}]' must have min(bands, n-j) = {expected} entries, got {values.size}"
         )
-      if not np.all(np.isfinite(values)):
-        raise strategy_lib.StrategyError(f"strategy field 'columns[{j}]' has a non-finite value")
       if values[0] == 0:
         raise strategy_lib.StrategyError(
           f"strategy field 'columns[{j}]': the diagonal entry must be non-zero"
         )
       theta[:expected, j] = values
-    return cls(
+    strategy = cls(
       n,
       bands,
       strategy_lib.readonly(theta),
       metadata=strategy_lib.extra_fields(obj, ("n", "bands", "columns")),
     )
+    strategy.check_conditioning()
+    return strategy
 
   def fields(self):
     return {"n": self.n, "bands": self.bands, "columns": self.columns}
@@ -544,6 +618,31 @@ class BandMF(strategy_lib.Strategy):
 
   def noise_stream(self, n: Optional[int] = None) -> BandedStream:
     return banded_stream(self.banded_theta(self.n if n is None else n))
+
+  def conditioning(self, n: Optional[int] = None) -> strategy_lib.Conditioning:
+    """Unit columns (s = 1) and the exact r over the horizon, in O(n·b̂²).
+
+    Evaluating at n' < n renormalizes the truncated columns, which scales row t of C⁻¹ by
+    ‖truncated column t‖ ≤ ‖column t‖, so r, and κ, at n' never exceed their value at n.
+    """
+    n = self.n if n is None else n
+    theta = self.banded_theta(n)
+    gain = float(np.sqrt(np.max(inverse_row_sq_norms(theta))))
+    return strategy_lib.Conditioning(1.0, gain, float(np.max(np.abs(theta[0]))), n)
+
+  def exact_sensitivity_cost(self, schema):
+    return banded_sensitivity_cost(schema, self.bands)
+
+  def error_cost(self, n, dense_workload=False):
+    return super().error_cost(n, True) if dense_workload else banded_error_cost(n, self.bands)
+
+  @classmethod
+  def optimize_cost(cls, schema, options=strategy_lib.OptimizeOptions()):
+    n, nn = schema.n, float(schema.n) ** 2
+    # loss_and_grad_with_row_weights holds C, C⁻¹, A C⁻¹, its weighted copy and block products.
+    return resources.Cost.of(
+      f"the dense {n}×{n} C, C⁻¹ and A C⁻¹ of every optimizer step", 8 * resources.FLOAT * nn
+    ) + banded_error_cost(n, options.band_count(schema))
 
   @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):

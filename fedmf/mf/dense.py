@@ -24,25 +24,21 @@ class Dense(strategy_lib.Strategy):
   c: np.ndarray
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = "dense"
+  conditioning_field: ClassVar[str] = "strategy field 'matrix'"
 
   @classmethod
   def from_dict(cls, obj):
     if "matrix" not in obj:
       raise strategy_lib.StrategyError("strategy field 'matrix' is missing")
-    try:
-      c = np.asarray(obj["matrix"], dtype=np.float64)
-    except (TypeError, ValueError):
-      raise strategy_lib.StrategyError(
-        "strategy field 'matrix' must be a square list of lists of numbers"
-      ) from None
-    if c.ndim != 2 or c.shape[0] != c.shape[1] or c.shape[0] == 0:
+    c = strategy_lib.float_array(obj["matrix"], "strategy field 'matrix'", 2)
+    if c.shape[0] != c.shape[1] or c.shape[0] == 0:
       raise strategy_lib.StrategyError(
         f"strategy field 'matrix' must be a non-empty square matrix, got shape {c.shape}"
       )
-    if not np.all(np.isfinite(c)):
-      raise strategy_lib.StrategyError("strategy field 'matrix' has a non-finite value")
     strategy_lib.check_lower_triangular(c, "strategy field 'matrix'")
-    return cls(strategy_lib.readonly(c), metadata=strategy_lib.extra_fields(obj, ("matrix",)))
+    strategy = cls(strategy_lib.readonly(c), metadata=strategy_lib.extra_fields(obj, ("matrix",)))
+    strategy.check_conditioning()
+    return strategy
 
   def fields(self):
     return {"matrix": self.c.tolist()}
@@ -57,6 +53,15 @@ class Dense(strategy_lib.Strategy):
   def matrix(self, n: int) -> np.ndarray:
     self.check_horizon(n)
     return np.array(self.c[:n, :n])
+
+  def conditioning(self, n: Optional[int] = None) -> strategy_lib.Conditioning:
+    """Exact over the horizon (the leading n'×n' block of a smaller n' has fewer rows of C⁻¹ and
+    shorter columns, so it is never worse), by the triangular inverse (LAPACK dtrtri)."""
+    n = self.horizon if n is None else n
+    c = self.c[:n, :n]
+    column_norm = float(np.max(np.linalg.norm(c, axis=0)))
+    gain = float(np.sqrt(np.max(banded.inverse_row_sq_norms(banded.theta_from_matrix(c, n)))))
+    return strategy_lib.Conditioning(column_norm, gain, float(np.max(np.abs(np.diag(c)))), n)
 
   def noise_stream(self, n: Optional[int] = None) -> banded.BandedStream:
     n = self.horizon if n is None else n

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 
+from fedmf.mf import resources
 from fedmf.mf import strategy as strategy_lib
 from fedmf.mf import streaming
 from fedmf.mf.sensitivity import Sensitivity
@@ -41,8 +42,22 @@ class DpSgd(strategy_lib.Strategy):
     # C = I: every participation adds an orthogonal unit vector.
     return Sensitivity(math.sqrt(schema.effective_max_participations), "exact", "identity")
 
+  def exact_sensitivity_cost(self, schema) -> resources.Cost:
+    return resources.Cost()
+
+  def error_cost(self, n, dense_workload=False):
+    if dense_workload:
+      return super().error_cost(n, True)
+    return resources.Cost.of(
+      "the per-round errors", 8.0 * resources.FLOAT * n, 8.0 * n / resources.VECTOR_RATE
+    )
+
   def noise_stream(self, n: Optional[int] = None) -> streaming.IdentityStream:
     return streaming.IdentityStream()
+
+  @classmethod
+  def optimize_cost(cls, schema, options=strategy_lib.OptimizeOptions()):
+    return cls().evaluation_cost(schema)  # Nothing to optimize.
 
   @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):

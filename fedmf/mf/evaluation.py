@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from fedmf.mf import resources
 from fedmf.mf import strategies as st
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.sensitivity import Sensitivity
@@ -40,7 +41,23 @@ def sensitivity(
   min_sep None means single participation (or any rounds, when max_participations > 1).
   """
   strategy = st.load_strategy(strategy)
-  return strategy.sensitivity(ParticipationSchema.of(n, min_sep, max_participations), method)
+  schema = ParticipationSchema.of(n, min_sep, max_participations)
+  strategy.check_horizon(schema.n)
+  resources.check(
+    strategy.sensitivity_cost(schema, method), f"the sensitivity of {_at(strategy, schema.n)}"
+  )
+  return strategy.sensitivity(schema, method)
+
+
+def _at(strategy, n: int) -> str:
+  return f"{strategy.describe()} at n={n}"
+
+
+def _is_dense(workload: Workload) -> bool:
+  """Whether the errors need the dense route (any workload but the prefix sum)."""
+  if workload is None or isinstance(workload, str):
+    return workload not in (None, "prefix")
+  return True  # An explicit matrix (a prefix-sum one is detected once it is checked).
 
 
 def _workload_matrix(workload: Workload, n: int) -> Optional[np.ndarray]:
@@ -63,6 +80,7 @@ def decoder_row_sq_norms(strategy: Any, n: int, workload: Workload = None) -> np
   """Squared per-round errors ‖row_i(A C⁻¹)‖², sensitivity excluded, in float64."""
   strategy = st.load_strategy(strategy)
   strategy.check_horizon(n)
+  resources.check(strategy.error_cost(n, _is_dense(workload)), f"the errors of {_at(strategy, n)}")
   return strategy.decoder_row_sq_norms(n, _workload_matrix(workload, n))
 
 
@@ -108,11 +126,23 @@ def evaluate(
   """Sensitivity, MaxError, RmsError, MaxLoss and RmsLoss of `strategy` (see module docstring)."""
   strategy = st.load_strategy(strategy)
   schema = ParticipationSchema.of(n, min_sep, max_participations)
+  strategy.check_horizon(schema.n)
+  # Estimated before any work: refused in one line naming the estimate and the limit.
+  resources.check(
+    strategy.evaluation_cost(schema, _is_dense(workload), method),
+    f"evaluating {_at(strategy, schema.n)}",
+  )
   sens = strategy.sensitivity(schema, method)
   sq = decoder_row_sq_norms(strategy, schema.n, workload)
   per_round = np.sqrt(np.maximum(sq, 0.0))
   max_error = float(per_round.max())
   rms_error = float(math.sqrt(np.mean(sq)))
+  if not (math.isfinite(sens.value) and math.isfinite(rms_error) and math.isfinite(max_error)):
+    # The conditioning check at load makes this unreachable for loaded strategies; never print inf.
+    raise st.StrategyError(
+      f"evaluating {_at(strategy, schema.n)} overflows float64: sensitivity {sens.value:.3g}, "
+      f"max error {max_error:.3g}"
+    )
   workload_name = (
     workload if isinstance(workload, str) else ("prefix" if workload is None else "custom")
   )

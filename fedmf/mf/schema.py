@@ -24,17 +24,28 @@ class SchemaError(FedmfUserError):
   """A participation schema that does not validate (one line naming the field)."""
 
 
+# n, b and k are counted in int64 (numpy index arithmetic, the TF round counter).
+MAX_COUNT = 2**63 - 1
+
+
 def _whole(value: Any, name: str, minimum: int) -> int:
+  def refuse():
+    if isinstance(value, int) and value.bit_length() > 128:  # repr fails beyond 4300 digits
+      shown = f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    else:
+      shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return SchemaError(f"{name} must be an integer in [{minimum}, 2^63 - 1], got {shown}")
+
   if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    raise SchemaError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    raise refuse()
   if isinstance(value, numbers.Integral):
     whole = int(value)
   elif math.isfinite(value) and float(value).is_integer():
     whole = int(value)
   else:
-    raise SchemaError(f"{name} must be an integer >= {minimum}, got {value!r}")
-  if whole < minimum:
-    raise SchemaError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    raise refuse()
+  if not minimum <= whole <= MAX_COUNT:
+    raise refuse()
   return whole
 
 

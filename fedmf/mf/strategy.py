@@ -19,12 +19,14 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import numbers
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import numpy as np
 import scipy.linalg
 
 from fedmf.errors import FedmfUserError
+from fedmf.mf import resources
 from fedmf.mf import sensitivity as sens_lib
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.sensitivity import AssumptionError, Sensitivity
@@ -42,33 +44,61 @@ class StrategyError(FedmfUserError):
 # Field validation for `from_dict`: each check raises StrategyError naming the field.
 
 
+# The largest round count a strategy field may hold: rounds are counted in int64 (TF state).
+MAX_ROUNDS = 2**63 - 1
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+  """repr(value), shortened for huge integers and long containers so a message stays one short line."""
+  if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+    return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+  text = repr(value)
+  text = " ".join(text.split())  # one line
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def readonly(values: Any, dtype=np.float64) -> np.ndarray:
   array = np.array(values, dtype=dtype)
   array.setflags(write=False)
   return array
 
 
+def float_array(value: Any, what: str, ndim: int) -> np.ndarray:
+  """`value` as a finite float64 array of `ndim` dimensions; StrategyError naming `what` otherwise.
+
+  Huge JSON integers (np.asarray raises OverflowError) and 1e400 (json reads it as inf) are refused
+  here, with the index of the first bad entry.
+  """
+  kind = "a list of numbers" if ndim == 1 else "a list of lists of numbers"
+  if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+    raise StrategyError(f"{what} must be {kind}, got {short_repr(value)}")
+  try:
+    array = np.asarray(value, dtype=np.float64)
+  except OverflowError:
+    raise StrategyError(f"{what} has a number too large for float64") from None
+  except (TypeError, ValueError, RecursionError):
+    raise StrategyError(f"{what} must be {kind}") from None
+  if array.ndim != ndim:
+    flat = "a flat list of numbers" if ndim == 1 else "a square list of lists of numbers"
+    raise StrategyError(f"{what} must be {flat}, got shape {array.shape}")
+  bad = np.argwhere(~np.isfinite(array))
+  if bad.size:
+    index = ", ".join(str(int(i)) for i in bad[0])
+    raise StrategyError(
+      f"{what} has a non-finite value {array[tuple(bad[0])]} at index {index} "
+      f"(numbers beyond ±1.8e308, such as 1e400, read as infinite)"
+    )
+  return array
+
+
 def float_vector(obj: Mapping[str, Any], key: str, *, min_len: int = 1) -> np.ndarray:
   if key not in obj:
     raise StrategyError(f"strategy field '{key}' is missing")
-  value = obj[key]
-  if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-    raise StrategyError(f"strategy field '{key}' must be a list of numbers")
-  try:
-    array = np.asarray(value, dtype=np.float64)
-  except (TypeError, ValueError):
-    raise StrategyError(f"strategy field '{key}' must be a list of numbers") from None
-  if array.ndim != 1:
-    raise StrategyError(
-      f"strategy field '{key}' must be a flat list of numbers, got shape {array.shape}"
-    )
+  array = float_array(obj[key], f"strategy field '{key}'", 1)
   if len(array) < min_len:
     raise StrategyError(
       f"strategy field '{key}' needs at least {min_len} entries, got {len(array)}"
     )
-  bad = np.flatnonzero(~np.isfinite(array))
-  if bad.size:
-    raise StrategyError(f"strategy field '{key}' has a non-finite value at index {bad[0]}")
   return array
 
 
@@ -76,15 +106,16 @@ def positive_int(obj: Mapping[str, Any], key: str) -> int:
   if key not in obj:
     raise StrategyError(f"strategy field '{key}' is missing")
   value = obj[key]
-  if (
-    isinstance(value, bool)
-    or not isinstance(value, (int, float))
-    or not math.isfinite(value)
-    or value != int(value)
-    or value < 1
-  ):
-    raise StrategyError(f"strategy field '{key}' must be a positive integer, got {value!r}")
-  return int(value)
+  whole = None
+  if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    whole = int(value)
+  elif isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+    whole = int(value)
+  if whole is None or not 1 <= whole <= MAX_ROUNDS:
+    raise StrategyError(
+      f"strategy field '{key}' must be an integer in [1, 2^63 - 1], got {short_repr(value)}"
+    )
+  return whole
 
 
 def extra_fields(obj: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
@@ -99,6 +130,70 @@ def check_lower_triangular(c: np.ndarray, what: str) -> None:
   zero = np.flatnonzero(np.diag(c) == 0.0)
   if zero.size:
     raise StrategyError(f"{what} has a zero diagonal entry at index {zero[0]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Conditioning of C (docs/mechanisms.md, Conditioning): checked when a strategy is loaded.
+#
+# r = max_t ‖row_t(C⁻¹)‖ is the noise std of one round at σ = 1 and s = max_j ‖col_j(C)‖ the
+# single-participation sensitivity. Row t of C⁻¹ has the entry 1/C_tt, so r ≥ 1/|C_tt| for every t
+# and κ = max_t |C_tt| · r ≥ 1: how much more noise C⁻¹ adds than its own diagonal accounts for.
+# κ is scale-free, 1 for C = I, below 5 for every strategy the optimizers produce, and huge exactly
+# when C is near-singular: a tiny pivot (a diagonal of 1e-300 gives κ ≈ 1e300) or a C⁻¹ that grows
+# geometrically over the rounds.
+
+MAX_NOISE_AMPLIFICATION = 1e6  # κ: five orders of magnitude above any optimized strategy
+MAX_NOISE_GAIN = 1e12  # r: C⁻¹ z stays far inside float32's 3.4e38 for any σ·ζ and sum
+MAX_COLUMN_NORM = 1e12  # s: s² is float64-safe, and r ≥ 1/s ≥ 1e-12 (no float32 underflow)
+
+
+@dataclasses.dataclass(frozen=True)
+class Conditioning:
+  """How C scales the noise, over `rounds` rounds (None: every round of a horizon-free C).
+
+  Attributes:
+    column_norm: s = max_j ‖col_j(C)‖ (the k = 1 sensitivity).
+    noise_gain: r = max_t ‖row_t(C⁻¹)‖ (the per-round noise std at σ = 1).
+    diagonal: max_t |C_tt|.
+    rounds: the horizon these cover; None for the supremum over all rounds.
+    unstable: for an IIR C⁻¹ (horizon-free Toeplitz C), a description of a pole on or outside
+      the unit circle (the noise then grows without bound in the number of rounds), else None.
+  """
+
+  column_norm: float
+  noise_gain: float
+  diagonal: float = 1.0
+  rounds: Optional[int] = None
+  unstable: Optional[str] = None
+
+  @property
+  def amplification(self) -> float:
+    """κ = max_t |C_tt| · r."""
+    with np.errstate(over="ignore", invalid="ignore"):
+      return float(np.float64(self.diagonal) * np.float64(self.noise_gain))
+
+  def check(self, field: str) -> None:
+    """Raises StrategyError naming `field`, the numbers and the limit, unless C is usable."""
+    over = "all rounds" if self.rounds is None else f"n={self.rounds} rounds"
+    why = f" ({self.unstable})" if self.unstable else ""
+    s, r, kappa = self.column_norm, self.noise_gain, self.amplification
+    if not s <= MAX_COLUMN_NORM:
+      raise StrategyError(
+        f"{field}: C overflows: its largest column norm over {over} is {s:.3g}, above the "
+        f"limit {MAX_COLUMN_NORM:.0e}{why}"
+      )
+    if not r <= MAX_NOISE_GAIN:
+      raise StrategyError(
+        f"{field}: C is near-singular: the noise std of a round at σ = 1, max_t ‖row_t(C⁻¹)‖ "
+        f"over {over}, is {r:.3g}, above the limit {MAX_NOISE_GAIN:.0e} (float32 noise "
+        f"overflows){why}"
+      )
+    if not kappa <= MAX_NOISE_AMPLIFICATION:
+      raise StrategyError(
+        f"{field}: C is near-singular: max_t |C_tt| · max_t ‖row_t(C⁻¹)‖ over {over} = "
+        f"{self.diagonal:.3g} · {r:.3g} = {kappa:.3g}, above the limit "
+        f"{MAX_NOISE_AMPLIFICATION:.0e}{why}"
+      )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +235,8 @@ class Strategy(abc.ABC):
 
   mechanism: ClassVar[str]
   metadata: Mapping[str, Any]
+  #: The JSON field(s) a conditioning refusal names.
+  conditioning_field: ClassVar[str] = "strategy"
 
   # --- JSON -----------------------------------------------------------------------------------
 
@@ -199,6 +296,23 @@ class Strategy(abc.ABC):
 
       return banded.banded_matrix(theta)
     raise NotImplementedError(f"{type(self).__name__}.matrix")
+
+  # --- conditioning ---------------------------------------------------------------------------
+
+  def conditioning(self, n: Optional[int] = None) -> Optional[Conditioning]:
+    """How C scales the noise over n rounds (None: the strategy's horizon, or every round).
+
+    None for mechanisms that are well-conditioned by construction (C = I, the tree).
+    """
+    return None
+
+  def check_conditioning(self, n: Optional[int] = None) -> None:
+    """Raises StrategyError (naming the field, the numbers and the limit) for a near-singular or
+    overflowing C; `from_dict` calls it, so every loaded strategy passed it."""
+    with np.errstate(all="ignore"):  # Overflow shows as inf, which the limits refuse.
+      conditioning = self.conditioning(n)
+    if conditioning is not None:
+      conditioning.check(self.conditioning_field)
 
   # --- sensitivity ----------------------------------------------------------------------------
 
@@ -298,6 +412,77 @@ class Strategy(abc.ABC):
 
     self.check_horizon(n)
     return streaming.row_norms(self.noise_stream(n), n)
+
+  # --- resources (fedmf.mf.resources): estimated before any work -----------------------------
+
+  def matrix_shape(self, n: int) -> tuple[int, int]:
+    """The shape of `matrix(n)` (the tree has more rows than columns)."""
+    return (n, n)
+
+  def dense_cost(
+    self, n: int, what: str, arrays: float = 2.0, flops: float = 0.0
+  ) -> resources.Cost:
+    """A step holding `arrays` copies of the dense C at horizon n (and `flops` BLAS-3 work)."""
+    rows, cols = self.matrix_shape(n)
+    size = float(rows) * float(cols)
+    return resources.Cost.of(
+      what,
+      resources.FLOAT * size * arrays,
+      size / resources.VECTOR_RATE + flops / resources.DENSE_RATE,
+    )
+
+  def exact_sensitivity_cost(self, schema: ParticipationSchema) -> Optional[resources.Cost]:
+    """The cost of `exact_sensitivity(schema)` when it returns a value (None when it returns None).
+
+    Mechanisms with an exact route override it, mirroring their `exact_sensitivity`.
+    """
+    return None
+
+  def sensitivity_cost(self, schema: ParticipationSchema, method: str = "auto") -> resources.Cost:
+    """Estimated memory and time of `sensitivity(schema, method)`, computed before any work."""
+    n, b, k = schema.n, schema.min_sep, schema.effective_max_participations
+    if method == "auto":
+      exact = self.exact_sensitivity_cost(schema)
+      if exact is not None:
+        return exact
+      if k == 1:
+        return self.dense_cost(n, "the dense C for its largest column norm", arrays=3.0)
+    if method in ("auto", "upper-bound"):
+      rows, _ = self.matrix_shape(n)
+      nn = float(n) * float(n)
+      return self.dense_cost(
+        n,
+        f"the dense {rows}×{n} C and |CᵀC| for the general sensitivity bound",
+        arrays=1.0 + 5.0 * n / max(rows, 1),
+        flops=2.0 * float(rows) * nn,
+      ) + resources.Cost.of("VecSens over the rows of |CᵀC|", 0.0, nn * k / resources.VECTOR_RATE)
+    if method == "lower-bound":
+      return self.dense_cost(n, "the dense C for the Remark 3.2 lower bound", arrays=2.5)
+    return resources.Cost()  # `sensitivity` refuses the method itself.
+
+  def error_cost(self, n: int, dense_workload: bool = False) -> resources.Cost:
+    """Estimated memory and time of `decoder_row_sq_norms(n, workload)`.
+
+    The default is the dense route (triangular solves against the n×n workload); mechanisms with
+    structured prefix-sum formulas override it for `dense_workload=False`.
+    """
+    nn = float(n) * float(n)
+    return resources.Cost.of(
+      f"the dense {n}×{n} workload, C and A C⁻¹ for the errors",
+      resources.FLOAT * 8.0 * nn,
+      8.0 * nn / resources.VECTOR_RATE + float(n) * nn / resources.DENSE_RATE,
+    )
+
+  def evaluation_cost(
+    self, schema: ParticipationSchema, dense_workload: bool = False, method: str = "auto"
+  ) -> resources.Cost:
+    """Sensitivity and errors (`fedmf.mf.evaluation.evaluate`)."""
+    return self.sensitivity_cost(schema, method) + self.error_cost(schema.n, dense_workload)
+
+  @classmethod
+  def optimize_cost(cls, schema: ParticipationSchema, options: "OptimizeOptions") -> resources.Cost:
+    """Estimated memory of `optimize(schema, options)` (its time shows in a progress bar)."""
+    return resources.Cost()
 
   # --- optimization ---------------------------------------------------------------------------
 

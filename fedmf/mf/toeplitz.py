@@ -17,11 +17,13 @@ unsquared unless the name ends in `_sq`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import numpy as np
 
+from fedmf.mf import resources
 from fedmf.mf import sensitivity
 from fedmf.mf import strategy as strategy_lib
 
@@ -68,12 +70,54 @@ def inverse_coefs(coefs: Any, n: int) -> np.ndarray:
   """
   import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
 
-  c = np.asarray(coefs, dtype=np.float64).ravel()[:n]
+  c = _trim(np.asarray(coefs, dtype=np.float64).ravel()[:n])
   if c.size == 0 or c[0] == 0.0:
     raise ValueError('coefs[0] (the diagonal) must be non-zero')
   impulse = np.zeros(n, dtype=np.float64)
   impulse[0] = 1.0
   return scipy.signal.lfilter([1.0], c, impulse)
+
+
+def _trim(c: np.ndarray) -> np.ndarray:
+  """c without its trailing zeros: they add exact zeros to the recursion, at O(n) cost each
+  (a banded or identity C padded to n coefficients would make `lfilter` O(n²))."""
+  nonzero = np.flatnonzero(c)
+  return c[: nonzero[-1] + 1] if nonzero.size else c[:1]
+
+
+def inverse_energy(coefs: Any) -> tuple[float, Optional[str]]:
+  """Σ_{t≥0} ĉ_t² over all rounds for C = LtToep(coefs), and why it is infinite (else None).
+
+  C⁻¹ is the IIR filter 1/c(x) (x the delay); its impulse response ĉ stays square-summable iff
+  every pole, i.e. every root of z^m c(1/z), lies strictly inside the unit circle. The
+  Schur–Cohn / Levinson step-down recursion decides it and gives the sum without root finding:
+  with a = c/c_0 and reflection coefficients k_j = a_j^{(j)},
+      a^{(j-1)}_i = (a^{(j)}_i - k_j a^{(j)}_{j-i}) / (1 - k_j²),
+  the filter is stable iff every |k_j| < 1, and then Σ ĉ² = 1 / (c_0² Π_j (1 - k_j²)) (the variance
+  of the AR process driven by unit white noise). O(m²) for m coefficients.
+  """
+  c = _trim(np.asarray(coefs, dtype=np.float64).ravel())
+  m = c.size - 1
+  a = c / c[0]
+  log_energy = -2.0 * np.log(abs(c[0]))
+  for order in range(m, 0, -1):
+    k = a[order]
+    if not abs(k) < 1.0:
+      return np.inf, _unstable_reason(c, order, k)
+    a = (a[:order] - k * a[order:0:-1]) / (1.0 - k * k)
+    log_energy -= np.log1p(-k * k)
+  with np.errstate(over='ignore'):
+    return float(np.exp(log_energy)), None
+
+
+def _unstable_reason(c: np.ndarray, order: int, k: float) -> str:
+  if c.size <= 1025:  # np.roots is O(m³): name the pole where that is cheap.
+    pole = float(np.max(np.abs(np.roots(c))))
+    return f"C⁻¹ has a pole of modulus {pole:.6g} ≥ 1, so its noise grows without bound"
+  return (
+    f"C⁻¹ has a pole on or outside the unit circle (Schur–Cohn reflection coefficient {k:.6g} "
+    f"at order {order}), so its noise grows without bound"
+  )
 
 
 def prefix_decoder_coefs(coefs: Any, n: int) -> np.ndarray:
@@ -302,12 +346,19 @@ class BandToeplitz(strategy_lib.Strategy):
   JSON: {"mechanism": "band-toeplitz", "coefficients": [...], "column_normalized": bool}. Column
   normalization (BandMF-scaling §3.1) happens at the evaluation n, after which C is no longer
   Toeplitz (its noise stream then needs the horizon n).
+
+  C⁻¹ is the IIR filter 1/c(x). When it is stable its noise is bounded over all rounds and checked
+  once, at load. The optimizer can return a C⁻¹ with a pole just outside the unit circle when
+  b̂ ≈ n (e.g. n = 128, b = 1, k = 100, b̂ = 128: modulus 1.00026): harmless over the n rounds it
+  was built for, unbounded after. Such a strategy is checked at every use, for that use's n, and
+  its noise stream needs the horizon.
   """
 
   coefficients: np.ndarray
   column_normalized: bool = False
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = 'band-toeplitz'
+  conditioning_field: ClassVar[str] = "strategy field 'coefficients'"
 
   @property
   def bands(self) -> int:
@@ -323,13 +374,26 @@ class BandToeplitz(strategy_lib.Strategy):
     normalized = obj.get('column_normalized', False)
     if not isinstance(normalized, bool):
       raise strategy_lib.StrategyError(
-        f"strategy field 'column_normalized' must be true or false, got {normalized!r}"
+        f"strategy field 'column_normalized' must be true or false, got "
+        f"{strategy_lib.short_repr(normalized)}"
       )
-    return cls(
+    # The step-down recursion of the conditioning check is O(b̂²).
+    resources.check(
+      resources.Cost.of(
+        "the Schur–Cohn stability test of C⁻¹",
+        4.0 * resources.FLOAT * len(coefficients),
+        len(coefficients) / resources.PYTHON_RATE
+        + float(len(coefficients)) ** 2 / resources.VECTOR_RATE,
+      ),
+      f"loading band-toeplitz ({len(coefficients)} bands)",
+    )
+    strategy = cls(
       strategy_lib.readonly(coefficients),
       normalized,
       metadata=strategy_lib.extra_fields(obj, ('coefficients', 'column_normalized')),
     )
+    strategy.check_conditioning()
+    return strategy
 
   def fields(self):
     return {'coefficients': self.coefficients.tolist(), 'column_normalized': self.column_normalized}
@@ -338,6 +402,65 @@ class BandToeplitz(strategy_lib.Strategy):
     norm = ', column-normalized' if self.column_normalized else ''
     return f'band-toeplitz ({self.bands} bands{norm})'
 
+  # --- conditioning ---------------------------------------------------------------------------
+
+  @functools.cached_property
+  def _inverse_energy(self) -> tuple[float, Optional[str]]:
+    """Σ (c_0 ĉ_t)² over all rounds (that of c / c_0, free of c_0's scale) and why it is infinite."""
+    return inverse_energy(self.coefficients / self.coefficients[0])
+
+  @property
+  def stable(self) -> bool:
+    """Whether C⁻¹'s noise stays bounded over all rounds (its poles lie inside the unit circle)."""
+    return self._inverse_energy[1] is None
+
+  def conditioning(self, n: Optional[int] = None) -> strategy_lib.Conditioning:
+    """Stable C⁻¹: the supremum over all rounds, in closed form. Unstable: exact at n (O(n·b̂)).
+
+    Unnormalized: s = ‖c‖ (column 0), r = ‖ĉ‖ = √(Σ ĉ²). Column-normalized at n: s = 1 and
+    row i of C⁻¹ is ‖c[:n-i]‖ times that of LtToep(c)⁻¹, so r = max_i ‖c[:n-i]‖·‖ĉ[:i+1]‖,
+    whose supremum over n is ‖c‖·‖ĉ‖.
+    """
+    energy, unstable = self._inverse_energy
+    c0 = abs(float(self.coefficients[0]))
+    relative_norm = float(np.linalg.norm(self.coefficients / c0))  # ‖c‖ / |c_0|
+    norm = c0 * relative_norm
+    # Column-normalized, the last column is c_0/|c_0| at every n, so max_t |C_tt| = 1.
+    diagonal = 1.0 if self.column_normalized else c0
+    if unstable is None:
+      if self.column_normalized:
+        return strategy_lib.Conditioning(1.0, relative_norm * float(np.sqrt(energy)), diagonal)
+      return strategy_lib.Conditioning(norm, float(np.sqrt(energy)) / c0, diagonal)
+    if n is None:
+      # No horizon yet: check n = 1 (s, r and κ only grow with n), the rest at every use's n.
+      if self.column_normalized:
+        return strategy_lib.Conditioning(1.0, 1.0, diagonal, 1, unstable)
+      return strategy_lib.Conditioning(c0, 1.0 / c0, diagonal, 1, unstable)
+    resources.check(
+      resources.Cost.of(
+        "C⁻¹'s impulse response",
+        4.0 * resources.FLOAT * n,
+        float(n) * min(self.bands, n) / resources.VECTOR_RATE,
+      ),
+      f"checking the conditioning of band-toeplitz at n={n}",
+    )
+    c = _as_coefs(self.coefficients, n)
+    rows = np.sqrt(np.cumsum(inverse_coefs(c, n) ** 2))  # ‖ĉ[:i+1]‖
+    if not self.column_normalized:
+      return strategy_lib.Conditioning(norm, float(rows[-1]), diagonal, n, unstable)
+    columns = np.sqrt(np.cumsum(c * c))[::-1]  # ‖c[:n-i]‖
+    return strategy_lib.Conditioning(1.0, float(np.max(columns * rows)), diagonal, n, unstable)
+
+  def check_horizon(self, n: int) -> None:
+    super().check_horizon(n)
+    if not self.stable:  # A C⁻¹ that grows: check this use's n (stable ones passed at load).
+      checked = self.__dict__.setdefault('_checked_rounds', set())
+      if n not in checked:
+        self.check_conditioning(int(n))
+        checked.add(n)
+
+  # --- C ----------------------------------------------------------------------------------------
+
   def toeplitz_coefs(self, n: int) -> Optional[np.ndarray]:
     if self.column_normalized:
       return None
@@ -345,26 +468,78 @@ class BandToeplitz(strategy_lib.Strategy):
     return _as_coefs(self.coefficients, n)
 
   def banded_theta(self, n: int) -> np.ndarray:
+    from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
+
     self.check_horizon(n)
     bands = min(self.bands, n)
     theta = np.repeat(self.coefficients[:bands, None], n, axis=1)
     rows = np.arange(bands)[:, None] + np.arange(n)[None, :]
     theta[rows >= n] = 0.0
     if self.column_normalized:
-      theta = theta / np.linalg.norm(theta, axis=0)
+      theta = banded.normalize_columns(theta)
     return theta
 
   def noise_stream(self, n: Optional[int] = None):
     from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
 
-    if not self.column_normalized:
-      return banded.toeplitz_stream(self.coefficients)
-    if n is None:
-      raise strategy_lib.StrategyError(
-        'a column-normalized band-toeplitz strategy needs the horizon n (its columns are '
-        'normalized at n)'
+    if n is None and (self.column_normalized or not self.stable):
+      why = (
+        'its columns are normalized at n'
+        if self.column_normalized
+        else f'{self._inverse_energy[1]}; it is checked and bounded for the n rounds it runs'
       )
+      raise strategy_lib.StrategyError(
+        f'this band-toeplitz strategy needs the horizon n (num_rounds): {why}'
+      )
+    if not self.column_normalized:
+      if self.stable:
+        return banded.toeplitz_stream(self.coefficients)
+      self.check_horizon(n)
+      return banded.toeplitz_stream(self.coefficients, rounds=int(n))
     return banded.banded_stream(self.banded_theta(n))
+
+  # --- resources --------------------------------------------------------------------------------
+
+  def _monotone(self) -> bool:
+    """BLT Thm 3.1's assumption on the coefficients (with `sensitivity`'s tolerance)."""
+    c = self.coefficients
+    tol = 1e-12 * max(float(np.max(np.abs(c))), 1.0)
+    return bool(np.all(c >= -tol) and np.all(np.diff(c) <= tol))
+
+  def exact_sensitivity_cost(self, schema):
+    from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
+
+    n, k = schema.n, schema.effective_max_participations
+    if not self.column_normalized and self._monotone():
+      return resources.Cost.of(
+        'the Toeplitz coefficients and the worst pattern (BLT Thm 3.1)',
+        6.0 * resources.FLOAT * n,
+        float(n) * k / resources.VECTOR_RATE,
+      )
+    return banded.banded_sensitivity_cost(schema, self.bands)
+
+  def error_cost(self, n, dense_workload=False):
+    from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
+
+    if dense_workload:
+      return super().error_cost(n, True)
+    if self.column_normalized:
+      return banded.banded_error_cost(n, self.bands) + resources.Cost.of(
+        'the column-normalized band', 6.0 * resources.FLOAT * min(self.bands, n) * float(n)
+      )
+    return resources.Cost.of(
+      'the inverse Toeplitz filter for the errors',
+      8.0 * resources.FLOAT * n,
+      float(n) * min(self.bands, n) / resources.VECTOR_RATE,
+    )
+
+  @classmethod
+  def optimize_cost(cls, schema, options=strategy_lib.OptimizeOptions()):
+    n, bands = schema.n, options.band_count(schema)
+    probe = cls(np.ones(bands), options.column_normalize)  # Costs depend on n and b̂ only.
+    return resources.Cost.of(
+      'the optimizer\'s filters', 12.0 * resources.FLOAT * n
+    ) + probe.evaluation_cost(schema)
 
   @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):

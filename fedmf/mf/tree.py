@@ -25,6 +25,7 @@ from typing import Any, ClassVar, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from fedmf.mf import resources
 from fedmf.mf import strategy as strategy_lib
 from fedmf.mf import streaming
 
@@ -314,7 +315,8 @@ class Tree(strategy_lib.Strategy):
     variant = obj.get('variant', 'online-honaker')
     if variant not in VARIANTS:
       raise strategy_lib.StrategyError(
-        f"strategy field 'variant': unknown tree variant {variant!r}; expected one of "
+        f"strategy field 'variant': unknown tree variant {strategy_lib.short_repr(variant)}; "
+        f"expected one of "
         f"{', '.join(VARIANTS)}"
       )
     return cls(variant=variant, metadata=strategy_lib.extra_fields(obj, ('variant',)))
@@ -328,6 +330,29 @@ class Tree(strategy_lib.Strategy):
   def matrix(self, n: int) -> np.ndarray:
     self.check_horizon(n)
     return tree_matrix(n)
+
+  def matrix_shape(self, n: int) -> tuple[int, int]:
+    return (2 * n - bin(n).count('1'), n)
+
+  def error_cost(self, n, dense_workload=False):
+    nodes = float(self.matrix_shape(n)[0])
+    if self.variant == 'full-honaker':
+      # The pseudo-inverse (SVD) of the nodes×n C and A C⁺ (or A times it).
+      cost = resources.Cost.of(
+        f'the pseudo-inverse of the dense {int(nodes)}×{n} tree matrix',
+        resources.FLOAT * (6.0 * nodes * n + 2.0 * float(n) ** 2),
+        (4.0 * nodes * n * n + 24.0 * float(n) ** 3) / resources.DENSE_RATE,
+      )
+    else:
+      # Online Honaker keeps one estimate vector per node (nodes²); both keep the n×nodes D.
+      per_node = nodes if self.variant == 'online-honaker' else 0.0
+      cost = resources.Cost.of(
+        f'the dense {n}×{int(nodes)} tree decoder',
+        resources.FLOAT * (3.0 * n * nodes + per_node * nodes),
+        float(n) * int(n).bit_length() / resources.PYTHON_RATE
+        + (2.0 * n * nodes + per_node * nodes) / resources.VECTOR_RATE,
+      )
+    return cost + super().error_cost(n, True) if dense_workload else cost
 
   def decoder_row_sq_norms(self, n: int, workload: Optional[np.ndarray] = None) -> np.ndarray:
     self.check_horizon(n)
@@ -353,6 +378,10 @@ class Tree(strategy_lib.Strategy):
   def noise_row_norms(self, n: int) -> np.ndarray:
     self.check_horizon(n)
     return np.linalg.norm(per_round_decoder(n, self.variant), axis=1)
+
+  @classmethod
+  def optimize_cost(cls, schema, options=strategy_lib.OptimizeOptions()):
+    return cls(variant=options.tree_variant).evaluation_cost(schema)  # Nothing to optimize.
 
   @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):

@@ -28,12 +28,25 @@ import numpy as np
 from scipy import special
 
 from fedmf.errors import FedmfUserError
+from fedmf.mf import resources
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import events
 from fedmf.privacy.events import validate_noise_multiplier
 
 # Default PLD discretization (dp_accounting's own default). PLD ε is a pessimistic (upper) estimate.
 PLD_VALUE_DISCRETIZATION = 1e-4
+
+# The range of μ = s/σ the accountants resolve. Beyond MAX_MU (ε ≈ μ²/2 > 5e11) the terms of
+# log δ(ε), of size μ²/2, cancel to below float64's resolution. Below MIN_PLD_MU (σ/s > 1e100)
+# dp_accounting's PLD overflows (it does near σ/s = 1e150); the analytic curve gives ε = 0 there.
+MAX_MU = 1e6
+MIN_PLD_MU = 1e-100
+# dp_accounting truncates the Gaussian where its log-mass is -50, at |x| ≈ 10.3σ, so one Gaussian's
+# privacy-loss grid spans about (2·10.3·μ + μ²) / interval points; each costs about 200 bytes and
+# 4 µs (measured: 3.1e6 points at μ = 10 take 0.64 GB and 10 s, 1.5e7 at μ = 30 take 2.4 GB, 51 s).
+_PLD_TAIL = 10.3
+_PLD_BYTES_PER_POINT = 200.0
+_PLD_SECONDS_PER_POINT = 4e-6
 
 _ACCOUNTANTS = ("pld", "analytic")
 
@@ -95,7 +108,10 @@ def validate_epsilon(epsilon: float) -> float:
 
 def rho_zcdp(sensitivity: float | np.ndarray, noise_multiplier: float) -> float | np.ndarray:
   """ρ = s² / (2σ²) (Bun & Steinke 2016, Prop. 1.6)."""
-  return np.square(sensitivity) / (2.0 * float(noise_multiplier) ** 2)
+  # In numpy floats: a σ² that overflows gives ρ = 0 (its true value underflows) instead of an
+  # OverflowError; otherwise the same operations as in Python floats.
+  with np.errstate(over="ignore", under="ignore"):
+    return np.square(sensitivity) / (2.0 * np.float64(noise_multiplier) ** 2)
 
 
 def _log_gaussian_delta(epsilon: np.ndarray, mu: np.ndarray) -> np.ndarray:
@@ -106,10 +122,13 @@ def _log_gaussian_delta(epsilon: np.ndarray, mu: np.ndarray) -> np.ndarray:
   """
   epsilon = np.asarray(epsilon, dtype=np.float64)
   mu = np.asarray(mu, dtype=np.float64)
-  a = -epsilon / mu + mu / 2.0
-  b = -epsilon / mu - mu / 2.0
-  log_pa = special.log_ndtr(a)
-  x = epsilon + special.log_ndtr(b) - log_pa
+  # Far in the tails (ε/μ beyond ~1e154, e.g. the bracket search at μ = 1e-300) both log Φ are
+  # -inf and x is NaN, which compares False and leaves the bisection's bracket as it is.
+  with np.errstate(over="ignore", invalid="ignore"):
+    a = -epsilon / mu + mu / 2.0
+    b = -epsilon / mu - mu / 2.0
+    log_pa = special.log_ndtr(a)
+    x = epsilon + special.log_ndtr(b) - log_pa
   x = np.minimum(x, -1e-300)  # Guard rounding; mathematically x < 0.
   # log(1 - e^x): log(-expm1(x)) near 0, log1p(-exp(x)) for very negative x (Mächler 2012).
   with np.errstate(divide="ignore", invalid="ignore"):
@@ -207,16 +226,52 @@ def pld_epsilon(
   return float(accountant.get_epsilon(delta))
 
 
+def pld_gaussian_cost(mu: float) -> resources.Cost:
+  """Estimated memory and time of `pld_gaussian_epsilon(mu, ·)`: its privacy-loss grid."""
+  points = (2.0 * _PLD_TAIL * mu + mu * mu) / PLD_VALUE_DISCRETIZATION + 2.0
+  return resources.Cost.of(
+    f"a privacy-loss grid of {points:.3g} points at interval {PLD_VALUE_DISCRETIZATION:g}",
+    _PLD_BYTES_PER_POINT * points,
+    _PLD_SECONDS_PER_POINT * points,
+  )
+
+
 def pld_gaussian_epsilon(mu: float, delta: float) -> float:
-  """ε of one `GaussianDpEvent(1/μ)` from the PLD accountant."""
+  """ε of one `GaussianDpEvent(1/μ)` from the PLD accountant (its grid estimated first)."""
   if mu <= 0:
     return 0.0
+  if mu < MIN_PLD_MU:
+    raise FedmfUserError(
+      f"σ/s = {1.0 / mu:.3g} is beyond the PLD accountant's range (at most {1.0 / MIN_PLD_MU:.0e});"
+      f" use --accountant analytic (the exact curve)"
+    )
+  try:
+    resources.check(pld_gaussian_cost(mu), f"the PLD accountant at σ/s = {1.0 / mu:.3g}")
+  except resources.ResourceLimitError as e:
+    raise resources.ResourceLimitError(
+      f"{e}; or use --accountant analytic (exact, no grid)"
+    ) from None
   return pld_epsilon(events.gaussian_event(1.0 / mu), delta)
+
+
+def _check_mu(mu: float, what: str) -> None:
+  if not mu <= MAX_MU:
+    raise FedmfUserError(
+      f"{what}: μ = s/σ = {mu:.3g} exceeds {MAX_MU:.0e} (ε ≈ μ²/2 above 5e11, where float64 "
+      f"cannot resolve the Gaussian curve)"
+    )
 
 
 def gaussian_epsilon_with(mu: float, delta: float, accountant: str) -> float:
   if accountant == "pld":
-    return pld_gaussian_epsilon(mu, delta)
+    epsilon = pld_gaussian_epsilon(mu, delta)
+    if not math.isfinite(epsilon):
+      # dp_accounting's PLD reports ε = inf for δ below its resolution (about 1e-15).
+      raise FedmfUserError(
+        f"the PLD accountant cannot resolve delta = {delta:g} (its epsilon is infinite there); "
+        f"use --accountant analytic (the exact curve) or a larger delta"
+      )
+    return epsilon
   if accountant == "analytic":
     return float(gaussian_epsilon(mu, delta))
   raise FedmfUserError(f"accountant must be one of {_ACCOUNTANTS}, got {accountant!r}")
@@ -230,7 +285,13 @@ def strategy_sensitivity(strategy: Any, schema: ParticipationSchema, method: str
   """The strategy's sensitivity under `schema` (also refuses a BandMF built for fewer rounds)."""
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
 
-  return load_strategy(strategy).sensitivity(schema, method)
+  strategy = load_strategy(strategy)
+  strategy.check_horizon(schema.n)
+  resources.check(
+    strategy.sensitivity_cost(schema, method),
+    f"the sensitivity of {strategy.describe()} at n={schema.n}",
+  )
+  return strategy.sensitivity(schema, method)
 
 
 def account_sensitivity(
@@ -248,7 +309,9 @@ def account_sensitivity(
   s = float(sensitivity)
   if not (math.isfinite(s) and s >= 0):
     raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
-  mu = s / sigma
+  with np.errstate(over="ignore"):
+    mu = float(np.float64(s) / np.float64(sigma))
+  _check_mu(mu, f"noise multiplier {sigma:g} is too small for sensitivity {s:.6g}")
   eps = gaussian_epsilon_with(mu, delta, accountant) if mu > 0 else 0.0
   return GaussianAccounting(
     sensitivity=s,
@@ -298,6 +361,11 @@ def account(
   return _accounting_of(sens, sigma, delta, accountant)
 
 
+# PLD checks after the analytic calibration: three steps of 1e-4, then doubling steps (σ may end up
+# to one step above the smallest PLD-valid σ: conservative).
+_CALIBRATION_STEPS = 24
+
+
 def calibrate_noise_multiplier(
   strategy: Any,
   schema: ParticipationSchema,
@@ -311,20 +379,37 @@ def calibrate_noise_multiplier(
 
   Inverts the analytic Gaussian curve for μ = s/σ. With accountant='pld' the PLD estimate
   (pessimistic by about its discretization) is then checked and σ raised by relative steps of
-  1e-4 until the PLD ε is ≤ the target too.
+  1e-4 until the PLD ε is ≤ the target too; past three steps the step doubles, so at most
+  `_CALIBRATION_STEPS` grids are built (each one estimated against the limits first).
   """
   target_epsilon = validate_epsilon(target_epsilon)
   delta = validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
   mu = gaussian_mu_for_epsilon(target_epsilon, delta)
+  _check_mu(mu, f"target epsilon {target_epsilon:g} is too large to calibrate")
   sigma = sens.value / mu * (1.0 + 1e-12)
   result = _accounting_of(sens, sigma, delta, accountant)
-  for _ in range(100):
+  step, grids = 1e-4, 1
+  for attempt in range(_CALIBRATION_STEPS):
     if result.epsilon <= target_epsilon:
-      break
-    sigma *= 1.0 + 1e-4
+      return result
+    if accountant == "pld":  # Each step builds a new grid: their time adds up.
+      grids += 1
+      resources.check(
+        resources.Cost(pld_gaussian_cost(sens.value / sigma).steps * grids),
+        f"calibrating σ with the PLD accountant ({grids} grids so far)",
+      )
+    sigma *= 1.0 + step
+    if attempt >= 2:
+      step *= 2.0
     result = _accounting_of(sens, sigma, delta, accountant)
-  return result
+  if result.epsilon <= target_epsilon:
+    return result
+  # Never report an uncalibrated σ as calibrated.
+  raise FedmfUserError(
+    f"calibration did not reach epsilon {target_epsilon:g} with the {accountant} accountant "
+    f"(epsilon {result.epsilon:.6g} at noise multiplier {result.noise_multiplier:.6g})"
+  )
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -14,16 +14,20 @@ dp_accounting is imported lazily: it pulls in a few heavy modules.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Optional
 
 from fedmf.errors import FedmfUserError
 
 
 def validate_noise_multiplier(noise_multiplier: float) -> float:
-  try:
-    sigma = float(noise_multiplier)
-  except (TypeError, ValueError):
-    raise FedmfUserError(f"noise multiplier must be a number, got {noise_multiplier!r}") from None
+  # A string or a bool is a caller's mistake (a config read as text), not a number to coerce.
+  if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real):
+    raise FedmfUserError(
+      f"noise multiplier must be a number, got {type(noise_multiplier).__name__} "
+      f"{str(noise_multiplier)[:40]!r}"
+    )
+  sigma = float(noise_multiplier)
   if not (math.isfinite(sigma) and sigma > 0.0):
     raise FedmfUserError(f"noise multiplier must be a finite number > 0, got {noise_multiplier!r}")
   return sigma

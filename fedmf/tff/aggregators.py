@@ -13,7 +13,9 @@ Layer 3 of docs/architecture.md; notation from there and docs/mechanisms.md.
    `clip_norm · noise_multiplier · [C⁻¹ z]_i` is added (BandMF Alg. 1, BLT
    Eq. 1/4; for the tree, the decoder's per-round noise), with z from
    `tf.random.stateless_normal` keyed by (noise_seed, i, tensor index);
-3. the result is divided by the fixed `clients_per_round` (the DP mean).
+3. the result is divided by the fixed `clients_per_round` (the DP mean);
+4. a non-finite noise or mean stops the round with an InvalidArgumentError
+   naming it ("fedmf: round i ...").
 
 State (at SERVER, all tensors): `seed` (int64[2], secret) and `noise`, the
 stream state of `fedmf.mf.streaming` (its first entry is the round i). Feeding
@@ -27,6 +29,7 @@ this round's mean). The seed and the raw noise are never measured.
 from __future__ import annotations
 
 import collections
+import numbers
 import os
 from typing import Any, Optional, Union
 
@@ -43,19 +46,46 @@ from fedmf.tff import noise as noise_lib
 __all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory', 'draw_noise_seed']
 
 
+MAX_NOISE_SEED = 2**64 - 1
+
+
 def draw_noise_seed() -> int:
   """A 63-bit seed from OS randomness (`os.urandom`)."""
   return int.from_bytes(os.urandom(8), 'little') >> 1
 
 
 def _seed_pair(seed: int) -> np.ndarray:
-  """Splits a Python int seed into the int64[2] key of the stateless RNG."""
+  """The int64[2] key of the stateless RNG for a seed in [0, 2^64): its low 63 bits, then its top bit.
+
+  Distinct seeds give distinct keys. Anything else is refused: an integer beyond 64 bits used to
+  be reduced to a key shared with a small seed (2**130 gave the noise of seed 0).
+  """
+  if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+    raise FedmfUserError(
+      f'noise_seed must be an integer in [0, 2^64), got {type(seed).__name__} {str(seed)[:40]!r}'
+    )
   seed = int(seed)
-  if seed < 0:
-    raise FedmfUserError(f'noise_seed must be non-negative, got {seed}')
-  lo = seed & ((1 << 63) - 1)
-  hi = (seed >> 63) & ((1 << 63) - 1)
-  return np.array([lo, hi], np.int64)
+  if not 0 <= seed <= MAX_NOISE_SEED:
+    shown = str(seed) if seed.bit_length() <= 128 else f'an integer of {seed.bit_length()} bits'
+    raise FedmfUserError(f'noise_seed must be an integer in [0, 2^64), got {shown}')
+  return np.array([seed & ((1 << 63) - 1), seed >> 63], np.int64)
+
+
+def _finite_number(value: Any, name: str, *, positive: bool) -> float:
+  """`value` as a float, refusing non-numbers (a string, a bool) and non-finite or out-of-range values."""
+  bound = '> 0' if positive else '>= 0'
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise FedmfUserError(
+      f'{name} must be a finite number {bound}, got {type(value).__name__} {str(value)[:40]!r}'
+    )
+  number = float(value)
+  if not np.isfinite(number) or not (number > 0.0 if positive else number >= 0.0):
+    raise FedmfUserError(f'{name} must be a finite number {bound}, got {value}')
+  return number
+
+
+def _all_finite(tensors: list[tf.Tensor]) -> tf.Tensor:
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
 
 
 def _flatten(value: Any) -> list:
@@ -76,16 +106,10 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     clients_per_round: float,
     noise_seed: Optional[int] = None,
   ):
-    if not noise_multiplier >= 0.0 or not np.isfinite(noise_multiplier):
-      raise FedmfUserError(f'noise_multiplier must be finite and >= 0, got {noise_multiplier}')
-    if not clip_norm > 0.0 or not np.isfinite(clip_norm):
-      raise FedmfUserError(f'clip_norm must be finite and > 0, got {clip_norm}')
-    if not clients_per_round > 0.0 or not np.isfinite(clients_per_round):
-      raise FedmfUserError(f'clients_per_round must be finite and > 0, got {clients_per_round}')
+    self._noise_multiplier = _finite_number(noise_multiplier, 'noise_multiplier', positive=False)
+    self._clip_norm = _finite_number(clip_norm, 'clip_norm', positive=True)
+    self._clients_per_round = _finite_number(clients_per_round, 'clients_per_round', positive=True)
     self._stream = stream
-    self._noise_multiplier = float(noise_multiplier)
-    self._clip_norm = float(clip_norm)
-    self._clients_per_round = float(clients_per_round)
     self._seed = None if noise_seed is None else _seed_pair(noise_seed)
 
   @property
@@ -140,6 +164,30 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       mean = [
         (t + tf.cast(scale, t.dtype) * z) / tf.cast(cpr, t.dtype) for t, z in zip(flat, noises)
       ]
+      # Runtime guard: training stops in the round where the noise or the aggregate stops being
+      # finite (an overflowing sum of huge updates, σ·ζ beyond float32, a stream that overflows),
+      # never after. Non-finite client updates were zeroed above, and stay so.
+      finite_noise, finite_sum, finite_mean = (
+        _all_finite(noises),
+        _all_finite(flat),
+        _all_finite(mean),
+      )
+      guard = tf.debugging.Assert(
+        tf.logical_and(finite_mean, tf.logical_and(finite_noise, finite_sum)),
+        [
+          'fedmf: round',
+          round_index,
+          '(0-based): the noised mean is not finite; training stopped. Finite noise:',
+          finite_noise,
+          'finite clipped sum:',
+          finite_sum,
+          '(check noise_multiplier, clip_norm and clients_per_round; the clipped sum is at most',
+          tf.constant(clip),
+          'times the number of clients).',
+        ],
+      )
+      with tf.control_dependencies([guard]):
+        mean = [tf.identity(m) for m in mean]
       new_state = collections.OrderedDict(seed=state['seed'], noise=new_noise_state)
       stddev = tf.cast(scale * row_norm / cpr, tf.float32)
       return (new_state, tf.nest.pack_sequence_as(specs_struct, mean), round_index, stddev)
@@ -190,9 +238,9 @@ def build_dp_aggregator(
       accountant's business): the sum gets clip_norm·σ·[C⁻¹ z]_i.
     clip_norm: ζ, the L2 bound on each client update over the whole model.
     clients_per_round: the fixed denominator of the DP mean.
-    noise_seed: a non-negative int. None draws a fresh seed from OS randomness
-      in every `initialize()`. The seed lives in the server state: checkpoints
-      of the state are secret.
+    noise_seed: an integer in [0, 2^64) (anything else is refused). None draws
+      a fresh seed from OS randomness in every `initialize()`. The seed lives
+      in the server state: checkpoints of the state are secret.
     num_rounds: the horizon n for banded strategies (default: the BandMF
       file's n; required for a column-normalized band-toeplitz). Running past
       it fails with an InvalidArgumentError naming the horizon.

@@ -81,3 +81,13 @@ def test_of_accepts_a_schema_or_numbers():
     ParticipationSchema.of(s, 5)
   assert s.with_rounds(40) == ParticipationSchema(40, 5, 2)
   assert ParticipationSchema(20).with_rounds(40) == ParticipationSchema(40)
+
+
+@pytest.mark.parametrize(
+  "value", [2**63, 10**30, 10**5000, 1e300], ids=["2^63", "1e30", "1e5000", "1e300"]
+)
+def test_counts_beyond_int64_are_refused_in_one_short_line(value):
+  with pytest.raises(SchemaError, match=r"min-sep b must be an integer in \[1, 2\^63 - 1\]") as e:
+    ParticipationSchema(10, value, 2)
+  assert len(str(e.value)) < 120
+  assert ParticipationSchema(10, 2**63 - 1, 2).effective_max_participations == 1

@@ -145,3 +145,60 @@ def test_strategy_objects_pass_through_the_loader():
   assert st.load_strategy(strategy) is strategy
   with pytest.raises(st.StrategyError):
     st.load_strategy(3.5)
+
+
+@pytest.mark.parametrize(
+  "text, needle",
+  [
+    ('{"mechanism": "bandmf", "n": Infinity, "bands": 1, "columns": []}', "'n' must be an integer"),
+    ('{"mechanism": "bandmf", "n": 1e400, "bands": 1, "columns": []}', "got inf"),
+    ('{"mechanism": "bandmf", "n": NaN, "bands": 1, "columns": []}', "'n' must be an integer"),
+    ('{"mechanism": "bandmf", "n": 1' + "0" * 60 + ', "bands": 1, "columns": []}', "61 digits"),
+    ('{"mechanism": "bandmf", "n": 2, "bands": 1, "columns": [[1e400], [1]]}', "'columns[0]'"),
+    ('{"mechanism": "blt", "buf_decay": [0.5], "output_scale": [1e400]}', "non-finite value inf"),
+    ('{"mechanism": "band-toeplitz", "coefficients": [1, 1' + "0" * 400 + "]}", "too large"),
+    ('{"mechanism": "band-toeplitz", "coefficients": [1, "x"]}', "list of numbers"),
+    ('{"mechanism": "dense", "matrix": [[1, 0], [Infinity, 1]]}', "index 1, 0"),
+    ('{"mechanism": "dense", "matrix": [[1, 0], [1]]}', "'matrix'"),
+    ('{"mechanism": "tree", "variant": ' + "[" * 50 + "]" * 50 + "}", "'variant'"),
+    ("[" * 100_000 + "]" * 100_000, "nests its JSON too deeply"),
+    ('{"mechanism": "dpsgd", "n": 1' + "0" * 5000 + "}", "not valid JSON"),
+    ('{"mechanism": "' + "x" * 5000 + '"}', "unknown mechanism"),
+  ],
+  ids=lambda value: value[:40] if isinstance(value, str) and len(value) > 40 else None,
+)
+def test_hostile_files_give_one_line_errors_naming_file_and_field(tmp_path, text, needle):
+  path = tmp_path / "s.json"
+  path.write_text(text)
+  with pytest.raises(st.StrategyError) as info:
+    st.load_strategy(str(path))
+  message = str(info.value)
+  assert needle in message and str(path) in message, message
+  assert "\n" not in message and len(message) < 400
+
+
+def test_unreadable_sources(tmp_path):
+  with pytest.raises(st.StrategyError, match="is a directory"):
+    st.load_strategy(str(tmp_path))
+  binary = tmp_path / "b.json"
+  binary.write_bytes(b'{"mechanism": "\xff"}')
+  with pytest.raises(st.StrategyError, match="not UTF-8"):
+    st.load_strategy(str(binary))
+
+
+def test_save_leaves_nothing_half_written(tmp_path, monkeypatch):
+  strategy = st.load_strategy(_blt())
+  with pytest.raises(st.StrategyError, match="cannot write strategy file"):
+    st.save_strategy(strategy, tmp_path)  # a directory
+  assert sorted(p.name for p in tmp_path.iterdir()) == []
+  target = tmp_path / "s.json"
+  target.write_text("previous")
+
+  def interrupted(src, dst):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(st.os, "replace", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    st.save_strategy(strategy, target)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+  assert target.read_text() == "previous"
