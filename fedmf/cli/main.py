@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
   "fedmf.cli.account",
   "fedmf.cli.audit",
   "fedmf.cli.simulate",
+  "fedmf.cli.train",
 )
 
 

@@ -940,3 +940,105 @@ def write_participation_log(
   with ParticipationLogWriter(path) as w:
     w.write_rows(rounds, client_ids, **(extra or {}))
   return pathlib.Path(path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The durable, appendable log of a resumable training program.
+
+
+def truncate_csv_by_round(path: str | os.PathLike[str], keep_below: int, key: str = ROUND) -> int:
+  """Rewrites a CSV keeping the header and the rows whose `key` column is < `keep_below`.
+
+  Rows are appended round by round, so the kept rows are a prefix; a torn last line (a crash in the
+  middle of a write) or any row that does not parse ends the prefix. Written to a temporary file,
+  fsynced and renamed over `path` (atomic). Returns the number of data rows kept. A missing file
+  keeps nothing and is left missing.
+  """
+  path = pathlib.Path(path)
+  if not path.exists():
+    return 0
+  with open(path, "r", encoding="utf-8", newline="") as f:
+    text = f.read()
+  lines = text.split("\n")
+  if not lines or not lines[0]:
+    return 0
+  header = next(csv.reader([lines[0]]))
+  if key not in header:
+    raise ParticipationLogError(f"{path}: no '{key}' column to resume from")
+  col = header.index(key)
+  kept = [lines[0]]
+  complete = lines[1:-1] if not text.endswith("\n") else lines[1:]
+  for line in complete:
+    if not line:
+      continue
+    try:
+      fields = next(csv.reader([line]))
+      value = int(fields[col])
+    except (StopIteration, IndexError, ValueError):
+      break
+    if len(fields) != len(header) or value >= keep_below:
+      break
+    kept.append(line)
+  tmp = path.with_name(f".{path.name}.truncate-{os.getpid()}")
+  with open(tmp, "w", encoding="utf-8", newline="") as f:
+    f.write("\n".join(kept) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+  return len(kept) - 1
+
+
+def csv_rounds(path: str | os.PathLike[str], key: str = ROUND) -> int:
+  """How many complete data rows a CSV written round by round holds (0 if it does not exist)."""
+  path = pathlib.Path(path)
+  if not path.exists():
+    return 0
+  with open(path, "r", encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  return max(len(rows) - 1, 0)
+
+
+class AppendableParticipationLog:
+  """A CSV participation log a resumable program appends to, one durable round at a time.
+
+  `write_round` appends the round's rows and fsyncs them before returning, so a crash never loses a
+  round the program went on from; `open(path, resume_below=r)` first truncates the file to the
+  rounds < r that the program's checkpoint covers (a round after it will be recomputed and
+  written again, identically). Unlike `ParticipationLogWriter`, the file lives under its final
+  name the whole time: it is a journal, not a write-once artifact.
+  """
+
+  def __init__(self, path: str | os.PathLike[str], *, resume_below: int = 0):
+    self.path = pathlib.Path(path)
+    if log_format(self.path).kind != "csv" or log_format(self.path).gzip:
+      raise ParticipationLogError(f"{self.path}: an appendable log must be a plain .csv file")
+    if self.path.exists():
+      truncate_csv_by_round(self.path, resume_below)
+    else:
+      with open(self.path, "w", encoding="utf-8", newline="") as f:
+        f.write(f"{ROUND},{CLIENT_ID}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    self._file = open(self.path, "a", encoding="utf-8", newline="")
+
+  def write_round(self, round_index: int, client_ids: Sequence[Any]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for client in client_ids:
+      client = str(client)
+      if not client:
+        raise ValueError("client ids must be non-empty")
+      writer.writerow([int(round_index), client])
+    self._file.write(buf.getvalue())
+    self._file.flush()
+    os.fsync(self._file.fileno())
+
+  def close(self) -> None:
+    if not self._file.closed:
+      self._file.close()
+
+  def __enter__(self) -> "AppendableParticipationLog":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

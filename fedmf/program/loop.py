@@ -56,9 +56,13 @@ class RoundRecord:
   accuracy: Optional[float] = None
   test_loss: Optional[float] = None
   epsilon: Optional[float] = None
+  # The round's noisy mean (what the release journal hashes); not a metric.
+  noisy_mean: Optional[list] = dataclasses.field(default=None, repr=False, compare=False)
 
   def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    return {
+      f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "noisy_mean"
+    }
 
 
 @dataclasses.dataclass
@@ -170,7 +174,7 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
   lr = server_lib.learning_rate(
     r, c.rounds, c.server_learning_rate, c.warmup_fraction, c.cooldown_fraction, c.cooldown_factor
   )
-  server_lib.server_update(
+  mean = server_lib.server_update(
     run.server,
     result.clipped_sum,
     noise,
@@ -192,6 +196,7 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     early_admitted=cohort.early_admitted,
     clipped=result.clipped,
     zeroed=result.zeroed,
+    noisy_mean=mean,
   )
 
 

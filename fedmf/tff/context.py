@@ -171,6 +171,34 @@ class _WorkerService:
       self._stop_process()
 
 
+def context_kwargs(service: _WorkerService, default_num_clients: int = 0) -> dict:
+  """The executor stack and compiler of TFF's native local context, over a worker we own."""
+
+  def stack_fn(cardinalities):
+    if cardinalities.get(_placements.CLIENTS) is None:
+      cardinalities[_placements.CLIENTS] = default_num_clients
+    ex = tff.framework.RemoteExecutor(service.get_stub())
+    ex.set_cardinalities(cardinalities)
+    return ex
+
+  return dict(
+    executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn),
+    compiler_fn=_native_compiler.desugar_and_transform_to_native,
+    transform_args=_tf_computation.transform_args,
+    transform_result=_tf_computation.transform_result,
+  )
+
+
+def close_executors(context) -> None:
+  """Closes the executors a context's factory cached (before its worker goes)."""
+  executors = getattr(context.executor_factory, '_executors', {})
+  for ex in list(executors.values()):
+    with contextlib.suppress(Exception):
+      ex.close()
+  with contextlib.suppress(Exception):
+    executors.clear()
+
+
 class LocalExecutionContext(tff.framework.SyncExecutionContext):
   """A synchronous local C++ context whose `worker_binary` we own and close."""
 
@@ -182,22 +210,7 @@ class LocalExecutionContext(tff.framework.SyncExecutionContext):
     log_path: Optional[str] = None,
   ):
     self._service = _WorkerService(max_concurrent_computation_calls, log_path)
-    service = self._service
-
-    def stack_fn(cardinalities):
-      if cardinalities.get(_placements.CLIENTS) is None:
-        cardinalities[_placements.CLIENTS] = default_num_clients
-      ex = tff.framework.RemoteExecutor(service.get_stub())
-      ex.set_cardinalities(cardinalities)
-      return ex
-
-    factory = tff.framework.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn)
-    super().__init__(
-      executor_fn=factory,
-      compiler_fn=_native_compiler.desugar_and_transform_to_native,
-      transform_args=_tf_computation.transform_args,
-      transform_result=_tf_computation.transform_result,
-    )
+    super().__init__(**context_kwargs(self._service, default_num_clients))
     # Start now, from the calling (usually main) thread: PR_SET_PDEATHSIG is
     # tied to the thread that forks, and the main thread lives longest.
     self._service.get_stub()
@@ -210,12 +223,7 @@ class LocalExecutionContext(tff.framework.SyncExecutionContext):
 
   def close(self) -> None:
     """Stops the worker. Idempotent. Later invocations raise RuntimeError."""
-    executors = getattr(self.executor_factory, '_executors', {})
-    for ex in list(executors.values()):
-      with contextlib.suppress(Exception):
-        ex.close()
-    with contextlib.suppress(Exception):
-      executors.clear()
+    close_executors(self)
     self._service.close()
     _LIVE_CONTEXTS.discard(self)
 

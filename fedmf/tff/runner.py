@@ -25,6 +25,22 @@ class RoundResult:
   zeroed: int = 0
   loss: float = float("nan")  # mean training loss over the cohort's examples
   examples: int = 0
+  loss_sum: float = 0.0
+
+  def finish(self) -> None:
+    self.loss = self.loss_sum / self.examples if self.examples else float("nan")
+
+
+def add_chunk_result(result: RoundResult, out) -> None:
+  """Adds one TFF call's output (a chunk of the cohort) into `result`, in place."""
+  for total, part in zip(result.clipped_sum, out["clipped_sum"]):
+    total += np.asarray(part, np.float32)
+  result.clients += int(out["clients"])
+  result.clipped += int(out["clipped_count"])
+  result.zeroed += int(out["zeroed_count"])
+  loss, examples = _train_stats(out["train"])
+  result.loss_sum += loss * examples
+  result.examples += examples
 
 
 def _train_stats(train: Any) -> tuple[float, int]:
@@ -66,16 +82,7 @@ class RoundRunner:
     if not datasets:
       return result
     model_weights = self._model_weights(weights)
-    loss_sum = 0.0
     for chunk in self.chunks(datasets):
-      out = self.client_round(model_weights, chunk)
-      for total, part in zip(result.clipped_sum, out["clipped_sum"]):
-        total += np.asarray(part, np.float32)
-      result.clients += int(out["clients"])
-      result.clipped += int(out["clipped_count"])
-      result.zeroed += int(out["zeroed_count"])
-      loss, examples = _train_stats(out["train"])
-      loss_sum += loss * examples
-      result.examples += examples
-    result.loss = loss_sum / result.examples if result.examples else float("nan")
+      add_chunk_result(result, self.client_round(model_weights, chunk))
+    result.finish()
     return result

@@ -1,0 +1,193 @@
+"""`fedmf train`: crash-resume to the same model, two TFF workers, the budget guard, refusals."""
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedmf.cli import main as cli_main
+from fedmf.mf.schema import ParticipationSchema
+from fedmf.privacy import accounting
+
+TINY = [
+  "num_clients=60",
+  "vocab_size=40",
+  "clients_per_round=4",
+  "max_sentences_per_client=16",
+  "test_sentences=64",
+  "eval_every=3",
+  "participation.min_sep=3",
+  "noise_seed=3",
+  "reference_clients_per_round=100",
+]
+
+
+def _args(root, extra):
+  args = ["train", "--root", str(root), "--no-progress"]
+  for item in TINY + extra:
+    args += ["--set", item]
+  return args
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp("strategies")
+  os.environ["FEDMF_CACHE_DIR"] = str(path)
+  yield path
+  os.environ.pop("FEDMF_CACHE_DIR", None)
+
+
+def _metric_rows(root):
+  """metrics.csv without its wall-clock column."""
+  return [
+    {k: v for k, v in row.items() if k != "round_seconds"}
+    for row in csv.DictReader(open(root / "metrics.csv"))
+  ]
+
+
+def _weights(root):
+  with np.load(root / "release" / "final_model.npz") as f:
+    return [f[k] for k in f.files]
+
+
+def _worker_pids():
+  out = subprocess.run(
+    ["pgrep", "-f", "tensorflow_federated/data/worker_binary"], capture_output=True, text=True
+  ).stdout.split()
+  return {int(p) for p in out}
+
+
+def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys):
+  extra = ["rounds=12", "checkpoint_every=3"]
+  reference = tmp_path / "reference"
+  assert cli_main.main(_args(reference, extra)) == 0, capsys.readouterr().err
+  crashed = tmp_path / "crashed"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  command = [sys.executable, "-m", "fedmf.cli.main", *_args(crashed, extra)]
+  rng = random.Random(7)
+  kills = 0
+  for _ in range(3):
+    target = rng.randint(1, 11)  # Kill once the log holds this many rounds (or it finishes).
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    journal = crashed / "journal.csv"
+    while proc.poll() is None:
+      rows = len(journal.read_text().splitlines()) - 1 if journal.exists() else 0
+      if rows >= target:
+        time.sleep(rng.uniform(0.0, 1.0))  # Anywhere within the round: training, saving, writing.
+        proc.send_signal(signal.SIGKILL)
+        kills += 1
+        break
+      time.sleep(0.05)
+    proc.wait()
+    if proc.returncode == 0:
+      break
+  assert kills >= 1
+  final = subprocess.run(command, env=env, capture_output=True, text=True)
+  assert final.returncode == 0, final.stderr
+  for a, b in zip(_weights(reference), _weights(crashed)):
+    np.testing.assert_array_equal(a, b)
+  assert _metric_rows(reference) == _metric_rows(crashed)
+  assert (reference / "participation.csv").read_text() == (
+    crashed / "participation.csv"
+  ).read_text()
+  audit = json.loads((crashed / "audit.json").read_text())
+  assert audit["duplicate_rows"] == 0 and audit["violation_counts"]["min-sep"] == 0
+  assert not [p for p in (crashed / "state").iterdir() if "_temp" in p.name]
+  assert (crashed / "state").stat().st_mode & 0o077 == 0  # Owner-only: it holds the noise seed.
+
+
+def test_two_workers_give_the_in_process_model(tmp_path, capsys):
+  extra = ["rounds=4", "checkpoint_every=10"]
+  assert cli_main.main(_args(tmp_path / "local", extra)) == 0, capsys.readouterr().err
+  assert cli_main.main(_args(tmp_path / "pool", extra + ["workers=2"])) == 0
+  capsys.readouterr()
+  for a, b in zip(_weights(tmp_path / "local"), _weights(tmp_path / "pool")):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  assert not _worker_pids()  # Every worker the program started is gone.
+
+
+def test_budget_guard_stops_at_the_last_round_within_the_budget(tmp_path, capsys):
+  budget = 3.0
+  root = tmp_path / "budget"
+  code = cli_main.main(
+    _args(
+      root,
+      [
+        "rounds=30",
+        "noise_multiplier=2.0",
+        "participation.min_sep=2",
+        "checkpoint_every=5",
+        f"budget.epsilon={budget}",
+        "reference_clients_per_round=null",
+      ],
+    )
+  )
+  assert code == 0, capsys.readouterr().err
+  summary = json.loads((root / "summary.json").read_text())
+  assert summary["stopped_by_budget"]
+  done = summary["rounds_completed"]
+  assert 0 < done < 30
+  strategy = json.loads((root / "strategy.json").read_text())
+  rows = list(csv.DictReader(open(root / "participation.csv")))
+
+  def epsilon_after(rounds):
+    """The accountant on the realized schema of the first `rounds` rounds of the log."""
+    last, gaps, counts = {}, [], {}
+    for row in rows:
+      r, c = int(row["round"]), row["client_id"]
+      if r >= rounds:
+        break
+      if c in last:
+        gaps.append(r - last[c])
+      last[c] = r
+      counts[c] = counts.get(c, 0) + 1
+    k = max(counts.values())
+    schema = ParticipationSchema(rounds, min(gaps) if k > 1 else None, k)
+    return accounting.account(strategy, schema, 2.0, 1e-6).epsilon
+
+  assert epsilon_after(done) <= budget
+  assert summary["audit"]["epsilon"] == pytest.approx(epsilon_after(done), rel=1e-9)
+  # The next round, with the cohort it would have drawn, would have gone over: rerun a copy of the
+  # run without a budget for one more round and account it.
+  longer = tmp_path / "longer"
+  assert (
+    cli_main.main(
+      _args(
+        longer,
+        [
+          "rounds=30",
+          "noise_multiplier=2.0",
+          "participation.min_sep=2",
+          "checkpoint_every=5",
+          "reference_clients_per_round=null",
+        ],
+      )
+    )
+    == 0
+  )
+  capsys.readouterr()
+  rows = list(csv.DictReader(open(longer / "participation.csv")))
+  assert epsilon_after(done + 1) > budget
+
+
+def test_released_rounds_without_state_and_other_configs_are_refused(tmp_path, capsys):
+  root = tmp_path / "run"
+  assert cli_main.main(_args(root, ["rounds=2", "target_epsilon=8"])) == 0
+  capsys.readouterr()
+  assert cli_main.main(_args(root, ["rounds=3", "target_epsilon=8"])) == 2
+  assert "another config" in capsys.readouterr().err
+  for state in (root / "state").iterdir():
+    import shutil
+
+    shutil.rmtree(state)
+  assert cli_main.main(_args(root, ["rounds=2", "target_epsilon=8"])) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "released rounds but no checkpoint" in err[0]
