@@ -100,17 +100,22 @@ def poisson_groups(config: TrainingConfig) -> Optional[int]:
 
 
 def build_run(
-  config: TrainingConfig, *, cache: Optional[Path] = None, noise_seed: Optional[int] = None
+  config: TrainingConfig,
+  *,
+  cache: Optional[Path] = None,
+  noise_seed: Optional[int] = None,
+  task: Any = None,
 ) -> TrainingRun:
   """Task, participation model, strategy, privacy plan, TFF computation and server state.
 
+  `task` replaces the config's task with your own `fedmf.tasks.Task` (your data and model).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
   from fedmf.tasks import build_task  # pylint: disable=g-import-not-at-top
   from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
-  task = build_task(config)
+  task = build_task(config) if task is None else task
   if config.clients_per_round > task.num_clients:
     raise ConfigError(
       f"clients_per_round ({config.clients_per_round}) exceeds the task's "
@@ -136,7 +141,7 @@ def build_run(
     clip_norm=config.clip_norm,
     zeroing_linf=config.zeroing_linf,
   )
-  runner = RoundRunner(client_round, shapes, CLIENTS_PER_CALL.get(config.model))
+  runner = RoundRunner(client_round, shapes, CLIENTS_PER_CALL.get(getattr(task, 'preset', None)))
   noise = None
   if plan.training_noise_multiplier > 0:
     seed = (

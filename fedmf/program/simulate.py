@@ -74,8 +74,12 @@ def run_simulation(
   force: bool = False,
   report: bool = True,
   log=print,
+  task=None,
 ) -> dict[str, Any]:
-  """Runs the simulation described by `config`, writing OUT (see the module docstring)."""
+  """Runs the simulation described by `config`, writing OUT (see the module docstring).
+
+  `task`: your own `fedmf.tasks.Task` instead of the config's (docs/simulation.md).
+  """
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
   from fedmf.tff.context import local_execution_context  # pylint: disable=g-import-not-at-top
 
@@ -85,7 +89,7 @@ def run_simulation(
   outputs.write_json(out / "config.json", config_record(config))
   start = time.perf_counter()
   with local_execution_context():
-    run = loop.build_run(config)
+    run = loop.build_run(config, task=task)
     outputs.write_json(out / "plan.json", plan_record(run))
     for line in describe_plan(run):
       log(line)

@@ -229,3 +229,21 @@ def test_wall_clock_timer_min_sep_is_what_the_log_says(tmp_path):
   assert result.stats.observed_min_sep == _brute_min_sep(cohorts)
   assert result.stats.observed_min_sep >= declared
   assert result.violation_counts()["min-sep"] == 0
+
+
+def test_own_data_example_runs(tmp_path, capsys, cache_dir):
+  import importlib.util
+  from pathlib import Path
+
+  path = Path(__file__).resolve().parents[2] / "simulations" / "own_data_example.py"
+  spec = importlib.util.spec_from_file_location("own_data_example", path)
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  assert (
+    example.main(["--out", str(tmp_path / "own"), "--set", "rounds=4", "--set", "eval_every=2"])
+    == 0
+  )
+  summary = json.loads((tmp_path / "own" / "summary.json").read_text())
+  assert summary["rounds_completed"] == 4 and summary["violations"] == 0
+  ids = participation_log.read_participation_log(tmp_path / "own" / "participation.csv")
+  assert all(c.startswith("user-") for c in ids.column("client_id").to_pylist())
