@@ -40,8 +40,9 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
   parser.add_argument("--out", required=True)
   parser.add_argument("--config", default=None, help="base config (default: the default config)")
   parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -63,48 +64,83 @@ def main(argv=None) -> int:
   for seed in seeds:
     for mechanism in mechanisms:
       run_dir = out / "runs" / f"{mechanism}-seed{seed}"
-      config = load_config(base, [*args.overrides, f"mechanism={mechanism}", f"seed={seed}",
-                                  f"noise_seed={1000 + seed}", f"target_epsilon={args.epsilon}",
-                                  "noise_multiplier=null", "strategy=null"])
+      config = load_config(
+        base,
+        [
+          *args.overrides,
+          f"mechanism={mechanism}",
+          f"seed={seed}",
+          f"noise_seed={1000 + seed}",
+          f"target_epsilon={args.epsilon}",
+          "noise_multiplier=null",
+          "strategy=null",
+        ],
+      )
       start = time.perf_counter()
-      summary = run_simulation(config, run_dir, progress=False, force=True,
-                               log=lambda line: print(f"  {line}", file=sys.stderr))
+      summary = run_simulation(
+        config,
+        run_dir,
+        progress=False,
+        force=True,
+        log=lambda line: print(f"  {line}", file=sys.stderr),
+      )
       curve = _accuracy_curve(run_dir)
-      records.append({
-        "mechanism": mechanism, "seed": seed, "strategy": summary["strategy"],
-        "noise_multiplier": summary["noise_multiplier"],
-        "final_test_accuracy": summary["final_test_accuracy"],
-        "best_test_accuracy": max(curve.values()) if curve else None,
-        "audited_epsilon": summary["audit"]["epsilon"], "seconds": time.perf_counter() - start,
-        "curve": curve})
-      print(f"{mechanism:>7} seed {seed}: accuracy {summary['final_test_accuracy']:.4f}, "
-            f"sigma {summary['noise_multiplier']:.4g}, audited epsilon "
-            f"{summary['audit']['epsilon']:.4g}", flush=True)
+      records.append(
+        {
+          "mechanism": mechanism,
+          "seed": seed,
+          "strategy": summary["strategy"],
+          "noise_multiplier": summary["noise_multiplier"],
+          "final_test_accuracy": summary["final_test_accuracy"],
+          "best_test_accuracy": max(curve.values()) if curve else None,
+          "audited_epsilon": summary["audit"]["epsilon"],
+          "seconds": time.perf_counter() - start,
+          "curve": curve,
+        }
+      )
+      print(
+        f"{mechanism:>7} seed {seed}: accuracy {summary['final_test_accuracy']:.4f}, "
+        f"sigma {summary['noise_multiplier']:.4g}, audited epsilon "
+        f"{summary['audit']['epsilon']:.4g}",
+        flush=True,
+      )
   (out / "results.json").write_text(json.dumps(records, indent=1) + "\n")
 
-  config = load_config(base, [*args.overrides, f"target_epsilon={args.epsilon}",
-                              "noise_multiplier=null"])
-  lines = [f"Final test accuracy at ε = {args.epsilon:g}, δ = {config.delta:g} "
-           f"({config.task}, {config.model}, {config.rounds} rounds of {config.clients_per_round} "
-           f"clients" + (f" with the noise of {config.reference_clients_per_round}"
-                         if config.reference_clients_per_round else "")
-           + f", participation {config.participation.model}), mean ± std over seeds "
-           f"{args.seeds}; accuracy excludes pad, OOV, bos and eos.", "",
-           "| mechanism | strategy | σ | final accuracy | best accuracy | audited ε |",
-           "|---|---|---|---|---|---|"]
+  config = load_config(
+    base, [*args.overrides, f"target_epsilon={args.epsilon}", "noise_multiplier=null"]
+  )
+  lines = [
+    f"Final test accuracy at ε = {args.epsilon:g}, δ = {config.delta:g} "
+    f"({config.task}, {config.model}, {config.rounds} rounds of {config.clients_per_round} "
+    f"clients"
+    + (
+      f" with the noise of {config.reference_clients_per_round}"
+      if config.reference_clients_per_round
+      else ""
+    )
+    + f", participation {config.participation.model}), mean ± std over seeds "
+    f"{args.seeds}; accuracy excludes pad, OOV, bos and eos.",
+    "",
+    "| mechanism | strategy | σ | final accuracy | best accuracy | audited ε |",
+    "|---|---|---|---|---|---|",
+  ]
   for mechanism in mechanisms:
     rows = [r for r in records if r["mechanism"] == mechanism]
     final = _mean_std([r["final_test_accuracy"] for r in rows])
     best = _mean_std([r["best_test_accuracy"] for r in rows])
-    lines.append(f"| {mechanism} | {rows[0]['strategy']} | {rows[0]['noise_multiplier']:.4g} | "
-                 f"{final[0]:.4f} ± {final[1]:.4f} | {best[0]:.4f} ± {best[1]:.4f} | "
-                 f"{max(r['audited_epsilon'] for r in rows):.4g} |")
+    lines.append(
+      f"| {mechanism} | {rows[0]['strategy']} | {rows[0]['noise_multiplier']:.4g} | "
+      f"{final[0]:.4f} ± {final[1]:.4f} | {best[0]:.4f} ± {best[1]:.4f} | "
+      f"{max(r['audited_epsilon'] for r in rows):.4g} |"
+    )
   (out / "results.md").write_text("\n".join(lines) + "\n")
   print("\n".join(lines))
 
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, ax = plt.subplots(figsize=(7, 4))
   for mechanism in mechanisms:
     rows = [r for r in records if r["mechanism"] == mechanism]

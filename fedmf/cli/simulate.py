@@ -78,6 +78,7 @@ def add_parser(subparsers: Any) -> None:
     "--force", action="store_true", help="overwrite an output directory that holds another run"
   )
   parser.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+  common.add_resource_args(parser)
   parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
   parser.set_defaults(func=run)
 

@@ -40,6 +40,7 @@ def add_parser(subparsers: Any) -> None:
     help="program directory: state, logs, releases; rerun to resume",
   )
   parser.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+  common.add_resource_args(parser)
   parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
   parser.set_defaults(func=run)
 

@@ -191,6 +191,9 @@ class BandedStream(streaming.NoiseStream):
       return (ops.zeros((), dtype),)
     return tuple(ops.zeros(shape, dtype) for _ in range(self.memory))
 
+  def model_buffers(self, rounds: int) -> int:
+    return max(self.bands - 1, 0)
+
   def init(self, specs, ops):
     state = (
       streaming.round_counter(ops),

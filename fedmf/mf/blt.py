@@ -176,6 +176,9 @@ class BltStream(streaming.NoiseStream):
   def _buffers(self, shape, dtype, ops) -> tuple:
     return tuple(ops.zeros(shape, dtype) for _ in self.buf_decay)
 
+  def model_buffers(self, rounds: int) -> int:
+    return len(self.buf_decay)
+
   def init(self, specs, ops):
     return (
       streaming.round_counter(ops),

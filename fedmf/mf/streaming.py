@@ -119,6 +119,10 @@ class NoiseStream(abc.ABC):
   #: Rounds the stream may produce (None: no horizon).
   horizon: Optional[int] = None
 
+  def model_buffers(self, rounds: int) -> int:
+    """How many model-sized arrays the state holds after `rounds` rounds (memory planning)."""
+    return 0
+
   @abc.abstractmethod
   def init(self, specs: Sequence[Any], ops: Any) -> tuple:
     """The state before round 0: (t = 0, ...)."""

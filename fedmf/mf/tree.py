@@ -254,6 +254,9 @@ class TreeStream(streaming.NoiseStream):
 
   variant: str = 'online-honaker'
 
+  def model_buffers(self, rounds: int) -> int:
+    return max(int(rounds), 1).bit_length()  # One buffered node per height.
+
   def init(self, specs, ops):
     return (
       streaming.round_counter(ops),

@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy as np
 
 from fedmf import participation as participation_lib
+from fedmf.mf import resources
 from fedmf.participation import Cohort
 from fedmf.program import plan as plan_lib
 from fedmf.program import server as server_lib
@@ -121,6 +122,11 @@ def build_run(
       f"clients_per_round ({config.clients_per_round}) exceeds the task's "
       f"{task.num_clients} training clients"
     )
+  # Devices' timers, counts and the privacy meter: about 64 bytes per device.
+  resources.check(
+    resources.Cost.of(f"the state of {task.num_clients} devices", 64.0 * task.num_clients),
+    f"simulating a population of {task.num_clients} devices",
+  )
   model = participation_lib.build(
     config.participation,
     task.num_clients,
@@ -142,6 +148,16 @@ def build_run(
     zeroing_linf=config.zeroing_linf,
   )
   runner = RoundRunner(client_round, shapes, CLIENTS_PER_CALL.get(getattr(task, 'preset', None)))
+  stream = strategy.noise_stream(config.rounds)
+  model_bytes = 4.0 * sum(int(np.prod(s)) for s in shapes)
+  buffers = stream.model_buffers(config.rounds)
+  resources.check(
+    resources.Cost.of(
+      f"{buffers} model-sized noise buffers of {model_bytes / 2**20:.3g} MiB",
+      (buffers + 3) * model_bytes,
+    ),
+    f"the {strategy.describe()} noise stream",
+  )
   noise = None
   if plan.training_noise_multiplier > 0:
     seed = (
@@ -149,7 +165,7 @@ def build_run(
       if noise_seed is not None
       else (config.noise_seed if config.noise_seed is not None else server_lib.draw_seed())
     )
-    noise = server_lib.HostNoise(strategy.noise_stream(config.rounds), shapes, seed)
+    noise = server_lib.HostNoise(stream, shapes, seed)
   return TrainingRun(
     config=config,
     task=task,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fedmf.errors import FedmfUserError
+from fedmf.mf import resources
 from fedmf.mf import strategies
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.strategy import OptimizeOptions, Strategy
@@ -108,7 +109,9 @@ def _optimize_cached(
       return strategy
     except FedmfUserError:
       logger.warning("ignoring the unreadable cached strategy %s", path)
-  strategy, _ = strategies.mechanism_class(mechanism).optimize(schema, options)
+  cls = strategies.mechanism_class(mechanism)
+  resources.check(cls.optimize_cost(schema, options), f"optimizing {mechanism} for {schema}")
+  strategy, _ = cls.optimize(schema, options)
   if path is not None:
     try:
       path.parent.mkdir(parents=True, exist_ok=True)

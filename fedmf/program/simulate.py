@@ -85,11 +85,11 @@ def run_simulation(
 
   out = Path(out_dir)
   outputs.check_output_dir(out, force, RUN_FILES)
-  out.mkdir(parents=True, exist_ok=True)
-  outputs.write_json(out / "config.json", config_record(config))
   start = time.perf_counter()
   with local_execution_context():
-    run = loop.build_run(config, task=task)
+    run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
+    out.mkdir(parents=True, exist_ok=True)
+    outputs.write_json(out / "config.json", config_record(config))
     outputs.write_json(out / "plan.json", plan_record(run))
     for line in describe_plan(run):
       log(line)
