@@ -34,7 +34,7 @@ OOV V+1, bos V+2, eos V+3):
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -255,7 +255,9 @@ class SyntheticTask(ArrayTask):
     max_sentences: int,
     test_sentences: int,
     seed: int,
+    **generator: Any,
   ):
+    """`generator`: further `SyntheticNwpConfig` fields (e.g. min_sentences for fixed-size clients)."""
     super().__init__(
       preset=preset,
       vocab_size=vocab_size,
@@ -265,7 +267,11 @@ class SyntheticTask(ArrayTask):
     )
     self.data = SyntheticNwp(
       SyntheticNwpConfig(
-        num_clients=num_clients, vocab_size=vocab_size, sequence_length=sequence_length, seed=seed
+        num_clients=num_clients,
+        vocab_size=vocab_size,
+        sequence_length=sequence_length,
+        seed=seed,
+        **generator,
       )
     )
     self._num_clients = int(num_clients)
