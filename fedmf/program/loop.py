@@ -141,8 +141,10 @@ def build_run(
   plan = plan_lib.make_plan(config, model, strategy, schema)
   weights = task.initial_weights(config.seed)
   shapes = [tuple(w.shape) for w in weights]
+  # A task may give its model as a FunctionalModel (cheaper per client in the worker).
+  learning_model = task.functional_model() if hasattr(task, "functional_model") else task.model_fn()
   client_round, _ = build_client_round(
-    task.model_fn(),
+    learning_model,
     client_learning_rate=config.client_learning_rate,
     clip_norm=config.clip_norm,
     zeroing_linf=config.zeroing_linf,

@@ -91,6 +91,10 @@ class ArrayTask(Task):
   def model_fn(self):
     return models.tff_model_fn(self.preset, self.vocab_size, self.sequence_length)
 
+  def functional_model(self):
+    """The same model as a TFF FunctionalModel (the federated part's preferred form)."""
+    return models.tff_functional_model(self.preset, self.vocab_size, self.sequence_length)
+
   def initial_weights(self, seed: int) -> list[np.ndarray]:
     return models.initial_weights(self.preset, self.vocab_size, self.sequence_length, seed)
 

@@ -16,6 +16,7 @@ mean token cross-entropy over positions whose input is not pad.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Sequence
 
@@ -95,6 +96,26 @@ def tff_model_fn(preset: str, vocab_size: int, sequence_length: int):
     )
 
   return model_fn
+
+
+def tff_functional_model(preset: str, vocab_size: int, sequence_length: int):
+  """The model as a `tff.learning.models.FunctionalModel` (no variables in its graphs)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  def metrics():
+    # The training loss and example count that `from_keras_model` reports by itself; a
+    # FunctionalModel reports only the metrics it is given.
+    return collections.OrderedDict(
+      loss=tf.keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="loss"),
+      num_examples=tff.learning.metrics.NumExamplesCounter(),
+    )
+
+  return tff.learning.models.functional_model_from_keras(
+    lambda: build_keras_model(preset, vocab_size, sequence_length),
+    loss_fn(),
+    input_spec(sequence_length),
+    metrics_constructor=metrics,
+  )
 
 
 class Evaluator:

@@ -30,7 +30,7 @@ from fedmf.tff import clipping
 
 
 def build_client_round(
-  model_fn: Callable[[], Any],
+  model: Any,
   *,
   client_learning_rate: float,
   clip_norm: float,
@@ -39,7 +39,9 @@ def build_client_round(
   """The federated part of a round (see the module docstring).
 
   Args:
-    model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
+    model: a `tff.learning.models.FunctionalModel` (preferred: its graphs hold no variables, and
+      the worker runs it with less fixed cost per client), or a no-argument callable returning a
+      `tff.learning.models.VariableModel`.
     client_learning_rate: client SGD learning rate (one local epoch over the client's data).
     clip_norm: ζ, the L2 bound of each client's update.
     zeroing_linf: updates whose largest |entry| exceeds this are zeroed (None: never).
@@ -48,11 +50,25 @@ def build_client_round(
     (computation, weights_type): the `tff.federated_computation` and the type of its weights
     argument (`tff.learning.models.ModelWeights` of the model).
   """
-  client_work = tff.learning.templates.build_model_delta_client_work(
-    model_fn,
-    tff.learning.optimizers.build_sgdm(client_learning_rate),
-    client_weighting=tff.learning.ClientWeighting.UNIFORM,
-  )
+  optimizer = tff.learning.optimizers.build_sgdm(client_learning_rate)
+  # The iterator loop: with TFF's default `dataset.reduce` loop the worker spends about 0.1 CPU-s
+  # per client on fixed costs (measured with lstm-small: 2.3 against 0.5 CPU-s for 20 one-batch
+  # clients), which dominated rounds of small models.
+  loop = tff.learning.LoopImplementation.DATASET_ITERATOR
+  if isinstance(model, tff.learning.models.FunctionalModel):
+    client_work = tff.learning.templates.build_functional_model_delta_client_work(
+      model=model,
+      optimizer=optimizer,
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      loop_implementation=loop,
+    )
+  else:
+    client_work = tff.learning.templates.build_model_delta_client_work(
+      model,
+      optimizer,
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      loop_implementation=loop,
+    )
   weights_type = client_work.next.type_signature.parameter[1].member
   data_type = client_work.next.type_signature.parameter[2].member
   update_type = client_work.next.type_signature.result.result.member.update
