@@ -298,6 +298,9 @@ class BandedKernel(streaming.HostKernel):
     self._advance_scalars()
     return outputs
 
+  def buffers(self):
+    return list(self._rings)
+
   def tensor_state(self, copy):
     memory = self.stream.memory
     wrap = np.array if copy else np.asarray

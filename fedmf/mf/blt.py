@@ -249,6 +249,9 @@ class BltKernel(streaming.HostKernel):
     self._advance_scalars()
     return outputs
 
+  def buffers(self):
+    return list(self._buffers)
+
   def tensor_state(self, copy):
     return tuple(
       (np.array if copy else np.asarray)(buf).reshape((-1,) + spec.shape)

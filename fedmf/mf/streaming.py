@@ -255,6 +255,10 @@ class HostKernel:
   def step(self, z: Draws) -> list[np.ndarray]:
     raise NotImplementedError
 
+  def buffers(self) -> list[np.ndarray]:
+    """The model-sized arrays the kernel holds (its memory; benchmarks stream through them)."""
+    return [np.asarray(x) for x in _leaves(self.tensor_state(copy=False))]
+
   def tensor_state(self, copy: bool) -> tuple:
     """The per-tensor entry of the stream state (state[1])."""
     raise NotImplementedError
@@ -306,6 +310,9 @@ class GenericKernel(HostKernel):
   def row_norm(self) -> float:
     return float(self.stream.row_norm(self._state, NUMPY))
 
+  def buffers(self):
+    return [np.asarray(x) for x in _leaves(self._state[1:2])]
+
   def step(self, z):
     noise, self._state = self.stream.step(self._state, z, NUMPY)
     return [np.array(x, dtype=s.dtype).reshape(s.shape) for x, s in zip(noise, self.specs)]
@@ -316,6 +323,12 @@ class GenericKernel(HostKernel):
   def restore(self, state):
     template = self.stream.init(self.specs, NUMPY)
     self._state = _restore_like(template, state)
+
+
+def _leaves(tree: Any) -> list:
+  if isinstance(tree, tuple):
+    return [leaf for x in tree for leaf in _leaves(x)]
+  return [tree]
 
 
 def _map_arrays(tree: Any, fn: Callable) -> Any:

@@ -336,6 +336,9 @@ class TreeKernel(streaming.HostKernel):
     self._advance_scalars()
     return outputs
 
+  def buffers(self):
+    return [level for levels in self._levels for level in levels]
+
   def tensor_state(self, copy):
     return tuple(
       np.stack(levels).reshape((len(levels),) + spec.shape)
