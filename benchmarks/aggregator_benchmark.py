@@ -24,7 +24,7 @@ Sections (every ratio is against `tff-gaussian-fixed` measured in the same proce
           between the rounds).
 
 mech: dpsgd, blt-4 (θ 0.99 0.9 0.6 0.2, ω 0.2 0.1 0.05 0.02), tree (online Honaker; the noise
-section times rounds 64..127), bandmf-<b̂> (n = 2052, square-root-Toeplitz columns).
+section times rounds 64..127 at least), bandmf-<b̂> (n = 2052, square-root-Toeplitz columns).
 
 Memory: "python" and "worker" are the peak RSS (VmHWM) of this process and of TFF's worker_binary
 (one owned worker, `fedmf.tff.context`, killed at the end); their sum bounds the peak of all
@@ -139,6 +139,8 @@ def noise_child(mech: str, rounds: int, model: dict) -> dict:
   rss_start = _status_mib('VmRSS:')
   host = server.HostNoise(st.load_strategy(strategy(mech)).noise_stream(N_ROUNDS), shapes, SEED)
   warm = 64 if mech == 'tree' else 1
+  if mech == 'tree':
+    rounds = max(rounds, 64)  # Rounds 64..127: heights 0..6, 2 draws a round on average.
   for _ in range(warm):
     host.next()
   steps, zs, bounds = [], [], []
@@ -159,17 +161,19 @@ def noise_child(mech: str, rounds: int, model: dict) -> dict:
   buffers = host._kernel.buffers()  # pylint: disable=protected-access
   nbytes = sum(b.nbytes for b in buffers)
   step, z = statistics.median(steps), statistics.median(zs)
-  bound = min(bounds) if bounds else float('nan')
+  arith = statistics.median(max(s - d, 0.0) for s, d in zip(steps, zs))  # Per round: the tree's
+  bound = min(bounds) if bounds else float('nan')  # draws vary with the round.
   return dict(
     mech=mech,
     rounds=[warm, warm + rounds],
     step_s=step,
     z_s=z,
-    arith_s=max(step - z, 0.0),
+    arith_s=arith,
     bound_s=bound,
     bound_gbps=2 * nbytes / bound / 1e9 if bounds else float('nan'),
     step_x_bound=step / bound if bounds else float('nan'),
-    arith_x_bound=max(step - z, 0.0) / bound if bounds else float('nan'),
+    arith_x_bound=arith / bound if bounds else float('nan'),
+    zs=zs,
     buffers_mib=nbytes / 2**20,
     rss_start_mib=rss_start,
     peak_rss_mib=_status_mib('VmHWM:'),
