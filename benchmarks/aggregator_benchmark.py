@@ -1,41 +1,39 @@
-"""Round time and memory of the fedmf DP aggregators vs TFF's.
+"""Cost of correlated noise in a DP FedAvg round, fedmf's paths against TFF's (issue 11).
 
-Two modes, on the StackOverflow next-word LSTM (embedding 10004×96, LSTM 670,
-dense 96, dense 10004; 4,050,748 parameters), all mechanisms in one run:
+On the StackOverflow next-word LSTM of the papers (`fedmf.tasks.models`, preset lstm-paper at
+10,000 words: embedding 10004×96, FastLSTM 670, projection 96, output 10004; 4,050,748
+parameters in 8 tensors), with σ = 1, ζ = 1, 10 clients per round, each training one local epoch
+on --batches batches of --batch-size random token sequences of length 20.
 
-  agg     `process.next(state, client_updates)` of each aggregation process
-          for 10 synthetic client updates with the model's variable shapes.
-  fedavg  `process.next(state, client_data)` of
-          `tff.learning.algorithms.build_unweighted_fed_avg` (client SGD lr 1,
-          server SGD lr 1 momentum 0.95) with the aggregator as
-          `model_aggregator`, on the Keras model wrapped by
-          `tff.learning.models.from_keras_model`; each client holds
-          --batches batches of --batch-size random token sequences of length
-          --seq-len and trains 1 local epoch. BandMF is skipped in this mode
-          unless named in --only.
+Sections (every ratio is against `tff-gaussian-fixed` measured in the same process):
 
-Mechanisms:
+  round   full FedAvg rounds. Arms run round-robin (arm 1 round 1, arm 2 round 1, ...), so a load
+          change hits every arm alike; each arm's first round is a warm-up and not timed.
+            tff-gaussian-fixed  tff.learning FedAvg + DifferentiallyPrivateFactory.gaussian_fixed
+            tff-tree            ... + DifferentiallyPrivateFactory.tree_aggregation (efficient)
+            factory-<mech>      ... + fedmf's drop-in factory `fedmf.tff.build_dp_aggregator`
+            split-<mech>        fedmf's own path (`fedmf simulate`): the federated part in TFF
+                                (`fedmf.tff.rounds`, weights in, clipped sum out), the noise on the
+                                host (`fedmf.program.server.HostNoise`, computed during the TFF
+                                call) and the DP mean and server SGDM in numpy (`server_update`)
+          Split arms also report their parts: the TFF call, the wait for the noise, the update.
+  noise   the host noise alone (no TFF), one subprocess per mechanism (so its peak RSS is its
+          own): `HostNoise.next()` per round, the Philox draws alone (z), the arithmetic (step −
+          z), against the memory-bandwidth limit of reading and writing the mechanism's buffers
+          once, measured on those buffers in the same process (`x *= 1` in place, best of 3,
+          between the rounds).
 
-  tff-gaussian-fixed   tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed
-  tff-tree             ...DifferentiallyPrivateFactory.tree_aggregation (efficient)
-  gaussian             fedmf build_dp_aggregator({'mechanism': 'dpsgd'})
-  blt-4                fedmf BLT with 4 buffers
-  tree                 fedmf tree, online Honaker
-  bandmf-<b>           fedmf BandMF with b bands (n = 2052)
+mech: dpsgd, blt-4 (θ 0.99 0.9 0.6 0.2, ω 0.2 0.1 0.05 0.02), tree (online Honaker; the noise
+section times rounds 64..127 at least), bandmf-<b̂> (n = 2052, square-root-Toeplitz columns).
 
-Each mechanism gets a fresh owned local C++ context (fedmf.tff.context), so the
-worker's peak RSS (VmHWM) is per mechanism. Times are the median (and min) of
---rounds (agg) or --fedavg-rounds (fedavg) timed calls after one warm-up call.
-The Python column is the process's ru_maxrss when that mechanism finished
-(monotone over the run, so it only says something where it jumps).
+Memory: "python" and "worker" are the peak RSS (VmHWM) of this process and of TFF's worker_binary
+(one owned worker, `fedmf.tff.context`, killed at the end); their sum bounds the peak of all
+processes together. Run BandMF b̂ = 342 on its own (second command below) to read its peak.
 
-Usage:
-  .venv/bin/python benchmarks/aggregator_benchmark.py [--mode agg,fedavg]
-      [--rounds 5] [--fedavg-rounds 3] [--bands 64,128]
-      [--only blt-4,tff-gaussian-fixed] [--tiny]
-
---tiny shrinks the model (vocab 200, embedding 8, LSTM 16, dense 8) for smoke
-tests.
+  python benchmarks/aggregator_benchmark.py --rounds 4 --json /tmp/agg.json
+  python benchmarks/aggregator_benchmark.py --section round \\
+      --arms tff-gaussian-fixed,split-dpsgd,split-bandmf-342 --rounds 4
+  python benchmarks/aggregator_benchmark.py --tiny          # smoke test (tests/test_benchmarks.py)
 """
 
 from __future__ import annotations
@@ -43,321 +41,441 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
+import subprocess
 import sys
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
-import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-from fedmf.tff import build_dp_aggregator  # pylint: disable=g-import-not-at-top
-from fedmf.tff import context  # pylint: disable=g-import-not-at-top
-
-FULL_DIMS = dict(vocab=10004, emb=96, lstm=670, dense=96)
-TINY_DIMS = dict(vocab=200, emb=8, lstm=16, dense=8)
-
-
-def _shapes(vocab, emb, lstm, dense):
-  """Trainable variable shapes of the LSTM, in Keras' trainable_weights order."""
-  return [
-    (vocab, emb),  # embedding
-    (emb, 4 * lstm),  # LSTM kernel
-    (lstm, 4 * lstm),  # LSTM recurrent kernel
-    (4 * lstm,),  # LSTM bias
-    (lstm, dense),  # dense kernel
-    (dense,),  # dense bias
-    (dense, vocab),  # output kernel
-    (vocab,),  # output bias
-  ]
-
-
-SHAPES = _shapes(**FULL_DIMS)
-N_ROUNDS = 2052
 SIGMA, CLIP, CPR = 1.0, 1.0, 10
+N_ROUNDS = 2052
+SEQ_LEN = 20
+SEED = 1234
+LEARNING_RATE = 0.1  # client and server (SGDM, momentum 0.95); small so 10+ DP rounds stay finite.
+FULL = dict(preset='lstm-paper', vocab=10000)
+TINY = dict(preset='lstm-small', vocab=50)
+BLT = {
+  'mechanism': 'blt',
+  'buf_decay': [0.99, 0.9, 0.6, 0.2],
+  'output_scale': [0.2, 0.1, 0.05, 0.02],
+}
+DEFAULT_ARMS = (
+  'tff-gaussian-fixed,split-dpsgd,split-blt-4,split-tree,split-bandmf-64,'
+  'factory-dpsgd,factory-blt-4,factory-tree,tff-tree'
+)
+TINY_ARMS = 'tff-gaussian-fixed,split-dpsgd,split-blt-4,split-bandmf-4,factory-blt-4,tff-tree'
 
 
 def _bandmf(bands: int) -> dict:
-  # Truncated square-root Toeplitz columns (docs/mechanisms.md warm start); the
-  # loader normalizes them.
+  """Truncated square-root-Toeplitz columns (the BandMF warm start); the loader normalizes them."""
   c = np.ones(bands)
   for j in range(1, bands):
     c[j] = c[j - 1] * (2 * j - 1) / (2 * j)
-  return {
-    'mechanism': 'bandmf',
-    'n': N_ROUNDS,
-    'bands': bands,
-    'columns': [c[: min(bands, N_ROUNDS - j)].tolist() for j in range(N_ROUNDS)],
-  }
+  cols = [c[: min(bands, N_ROUNDS - j)].tolist() for j in range(N_ROUNDS)]
+  return {'mechanism': 'bandmf', 'n': N_ROUNDS, 'bands': bands, 'columns': cols}
 
 
-def _factories(bands_list, shapes=SHAPES):
-  specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
-  out = {
-    'tff-gaussian-fixed': lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-      SIGMA, CPR, CLIP
-    ),
-    'tff-tree': lambda: tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
-      SIGMA, CPR, CLIP, specs, noise_seed=1, use_efficient=True
-    ),
-    'gaussian': lambda: build_dp_aggregator(
-      {'mechanism': 'dpsgd'},
-      noise_multiplier=SIGMA,
-      clip_norm=CLIP,
-      clients_per_round=CPR,
-      noise_seed=1,
-    ),
-    'blt-4': lambda: build_dp_aggregator(
-      {
-        'mechanism': 'blt',
-        'buf_decay': [0.99, 0.9, 0.6, 0.2],
-        'output_scale': [0.2, 0.1, 0.05, 0.02],
-      },
-      noise_multiplier=SIGMA,
-      clip_norm=CLIP,
-      clients_per_round=CPR,
-      noise_seed=1,
-    ),
-    'tree': lambda: build_dp_aggregator(
-      {'mechanism': 'tree', 'variant': 'online-honaker'},
-      noise_multiplier=SIGMA,
-      clip_norm=CLIP,
-      clients_per_round=CPR,
-      noise_seed=1,
-    ),
-  }
-  for b in bands_list:
-    out[f'bandmf-{b}'] = lambda b=b: build_dp_aggregator(
-      _bandmf(b), noise_multiplier=SIGMA, clip_norm=CLIP, clients_per_round=CPR, noise_seed=1
-    )
-  return out
+def strategy(mech: str) -> dict:
+  if mech == 'dpsgd':
+    return {'mechanism': 'dpsgd'}
+  if mech == 'blt-4':
+    return BLT
+  if mech == 'tree':
+    return {'mechanism': 'tree', 'variant': 'online-honaker'}
+  if mech.startswith('bandmf-'):
+    return _bandmf(int(mech.split('-')[1]))
+  raise ValueError(f'unknown mechanism {mech!r}')
 
 
-def _vm_hwm_mib(pid) -> float:
+def _status_mib(key: str, pid='self') -> float:
   try:
     with open(f'/proc/{pid}/status') as f:
       for line in f:
-        if line.startswith('VmHWM:'):
+        if line.startswith(key):
           return int(line.split()[1]) / 1024.0
   except OSError:
     pass
   return float('nan')
 
 
-def _state_bytes(state) -> int:
-  return sum(np.asarray(x).nbytes for x in tf.nest.flatten(state))
+def _load() -> str:
+  return ' '.join(f'{x:.2f}' for x in os.getloadavg())
 
 
-def _keras_lstm(vocab, emb, lstm, dense, seq_len):
-  """The StackOverflow next-word LSTM (TFF's stackoverflow baseline shape)."""
-  return tf.keras.Sequential(
-    [
-      tf.keras.layers.InputLayer(input_shape=(seq_len,), dtype=tf.int32),
-      tf.keras.layers.Embedding(vocab, emb, mask_zero=True),
-      tf.keras.layers.LSTM(lstm, return_sequences=True),
-      tf.keras.layers.Dense(dense),
-      tf.keras.layers.Dense(vocab),
-    ]
+def _shapes(model: dict) -> list[tuple[int, ...]]:
+  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+
+  return models.trainable_shapes(models.build_keras_model(model['preset'], model['vocab'], SEQ_LEN))
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise alone.
+
+
+def _bound_seconds(buffers) -> float:
+  """Best of 3 in-place `x *= 1` over the buffers: reading and writing them once."""
+  best = float('inf')
+  one = np.float32(1)
+  for _ in range(3):
+    t = time.perf_counter()
+    for b in buffers:
+      np.multiply(b, one, out=b)
+    best = min(best, time.perf_counter() - t)
+  return best
+
+
+def noise_child(mech: str, rounds: int, model: dict) -> dict:
+  """One mechanism's host noise, timed in this (fresh) process."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
+
+  from fedmf.mf import strategies as st  # pylint: disable=g-import-not-at-top
+  from fedmf.mf import streaming  # pylint: disable=g-import-not-at-top
+  from fedmf.program import server  # pylint: disable=g-import-not-at-top
+
+  shapes = _shapes(model)
+  rss_start = _status_mib('VmRSS:')
+  host = server.HostNoise(st.load_strategy(strategy(mech)).noise_stream(N_ROUNDS), shapes, SEED)
+  warm = 64 if mech == 'tree' else 1
+  if mech == 'tree':
+    rounds = max(rounds, 64)  # Rounds 64..127: heights 0..6, 2 draws a round on average.
+  for _ in range(warm):
+    host.next()
+  steps, zs, bounds = [], [], []
+  for _ in range(rounds):
+    t = host.round
+    h = streaming.NUMPY.trailing_zeros(t + 1) if mech == 'tree' else 0
+    start = time.perf_counter()
+    draw = host._z(t)  # pylint: disable=protected-access
+    for j in range(h + 1):  # The draws round t consumes (the tree: its h + 1 new nodes).
+      draw(j)
+    zs.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    host.next()
+    steps.append(time.perf_counter() - start)
+    buffers = host._kernel.buffers()  # pylint: disable=protected-access
+    if buffers:
+      bounds.append(_bound_seconds(buffers))
+  buffers = host._kernel.buffers()  # pylint: disable=protected-access
+  nbytes = sum(b.nbytes for b in buffers)
+  step, z = statistics.median(steps), statistics.median(zs)
+  arith = statistics.median(max(s - d, 0.0) for s, d in zip(steps, zs))  # Per round: the tree's
+  bound = min(bounds) if bounds else float('nan')  # draws vary with the round.
+  return dict(
+    mech=mech,
+    rounds=[warm, warm + rounds],
+    step_s=step,
+    z_s=z,
+    arith_s=arith,
+    bound_s=bound,
+    bound_gbps=2 * nbytes / bound / 1e9 if bounds else float('nan'),
+    step_x_bound=step / bound if bounds else float('nan'),
+    arith_x_bound=arith / bound if bounds else float('nan'),
+    zs=zs,
+    buffers_mib=nbytes / 2**20,
+    rss_start_mib=rss_start,
+    peak_rss_mib=_status_mib('VmHWM:'),
+    steps=steps,
+    load=os.getloadavg(),
   )
 
 
-def _client_datasets(num_clients, batches, batch_size, seq_len, vocab, seed):
+def run_noise(mechs: list[str], rounds: int, tiny: bool) -> list[dict]:
+  rows = []
+  for mech in mechs:
+    cmd = [
+      sys.executable,
+      os.path.abspath(__file__),
+      '--noise-child',
+      mech,
+      '--rounds',
+      str(rounds),
+    ]
+    cmd += ['--tiny'] if tiny else []
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    row = json.loads(out.strip().splitlines()[-1])
+    rows.append(row)
+    print(
+      f'{time.strftime("%H:%M:%S")} [noise] {mech:11s} step {row["step_s"]:.3f} s  '
+      f'z {row["z_s"]:.3f} s  arith {row["arith_s"]:.3f} s  bound {row["bound_s"]:.3f} s '
+      f'({row["bound_gbps"]:.1f} GB/s)  buffers {row["buffers_mib"]:.0f} MiB  '
+      f'peak RSS {row["peak_rss_mib"]:.0f} MiB  load {_load()}',
+      flush=True,
+    )
+  return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Full rounds.
+
+
+class _FedAvgArm:
+  """A tff.learning FedAvg process with a model aggregator; one `next` per round."""
+
+  def __init__(self, name, model_fn, aggregator):
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    self.name = name
+    self.process = tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE, 0.95),
+      model_aggregator=aggregator,
+    )
+    self.state = self.process.initialize()
+    self.parts = {}
+
+  def round(self, data) -> float:
+    start = time.perf_counter()
+    self.state = self.process.next(self.state, data).state
+    return time.perf_counter() - start
+
+
+class _SplitArm:
+  """fedmf's path: TFF client round, host noise (prefetched during the call), numpy server step."""
+
+  def __init__(self, name, runner, weights, noise):
+    from fedmf.program import server  # pylint: disable=g-import-not-at-top
+
+    self.name = name
+    self.runner = runner
+    self.server = server.initial_server_state(weights)
+    self.noise = noise
+    self.parts = {'tff': [], 'wait': [], 'update': []}
+
+  def round(self, data) -> float:
+    from fedmf.program import server  # pylint: disable=g-import-not-at-top
+
+    start = time.perf_counter()
+    self.noise.prefetch()
+    result = self.runner.run(self.server.weights, data)
+    called = time.perf_counter()
+    noise = self.noise.next()
+    noised = time.perf_counter()
+    server.server_update(
+      self.server, result.clipped_sum, noise, CLIP * SIGMA, CPR, LEARNING_RATE, 0.95
+    )
+    end = time.perf_counter()
+    self.parts['tff'].append(called - start)
+    self.parts['wait'].append(noised - called)
+    self.parts['update'].append(end - noised)
+    return end - start
+
+  def close(self):
+    self.noise.close()
+
+
+def _client_data(clients, batches, batch_size, vocab, seed=0):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(seed)
+  classes = models.num_classes(vocab)
   out = []
-  for _ in range(num_clients):
-    n = batches * batch_size
-    tokens = rng.integers(1, vocab, size=(n, seq_len + 1), dtype=np.int32)
+  for _ in range(clients):
+    tokens = rng.integers(1, classes, size=(batches * batch_size, SEQ_LEN + 1), dtype=np.int32)
     out.append(
       tf.data.Dataset.from_tensor_slices((tokens[:, :-1], tokens[:, 1:])).batch(batch_size)
     )
   return out
 
 
-def _run(name, build, data, rounds, agg_state=lambda state: state):
-  """Times `next` of the process `build()` in a fresh owned context."""
-  with context.local_execution_context() as ctx:
-    t0 = time.perf_counter()
-    process = build()
-    state = process.initialize()
-    build_s = time.perf_counter() - t0
-    t = time.perf_counter()
-    state = process.next(state, data).state  # Warm-up.
-    warm_s = time.perf_counter() - t
-    times = []
-    for _ in range(rounds):
-      t = time.perf_counter()
-      state = process.next(state, data).state
-      times.append(time.perf_counter() - t)
-    row = dict(
-      name=name,
-      finished=time.strftime('%Y-%m-%dT%H:%M:%S'),
-      load_after=os.getloadavg(),
-      median=statistics.median(times),
-      min=min(times),
-      times=times,
-      build=build_s,
-      warmup=warm_s,
-      worker_mib=_vm_hwm_mib(ctx.worker_pid),
-      state_mib=_state_bytes(agg_state(state)) / 2**20,
-      py_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+def _build_arm(name, model, shapes, model_fn, runner):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from fedmf.mf import strategies as st  # pylint: disable=g-import-not-at-top
+  from fedmf.program import server  # pylint: disable=g-import-not-at-top
+  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import build_dp_aggregator  # pylint: disable=g-import-not-at-top
+
+  factories = tff.aggregators.DifferentiallyPrivateFactory
+  if name == 'tff-gaussian-fixed':
+    return _FedAvgArm(name, model_fn, factories.gaussian_fixed(SIGMA, CPR, CLIP))
+  if name == 'tff-tree':
+    specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
+    agg = factories.tree_aggregation(SIGMA, CPR, CLIP, specs, noise_seed=1, use_efficient=True)
+    return _FedAvgArm(name, model_fn, agg)
+  kind, mech = name.split('-', 1)
+  if kind == 'factory':
+    agg = build_dp_aggregator(
+      strategy(mech),
+      noise_multiplier=SIGMA,
+      clip_norm=CLIP,
+      clients_per_round=CPR,
+      noise_seed=SEED,
     )
-    del state, process
-  return row
+    return _FedAvgArm(name, model_fn, agg)
+  if kind == 'split':
+    weights = models.initial_weights(model['preset'], model['vocab'], SEQ_LEN, seed=0)
+    stream = st.load_strategy(strategy(mech)).noise_stream(N_ROUNDS)
+    noise = server.HostNoise(stream, shapes, SEED, overlap=True)
+    return _SplitArm(name, runner, weights, noise)
+  raise ValueError(f'unknown arm {name!r}')
 
 
-def _print_row(mode, row):
-  print(
-    f'{time.strftime("%H:%M:%S")} [{mode}] {row["name"]:20s} '
-    f'median {row["median"]:7.3f} s  '
-    f'min {row["min"]:7.3f} s  warm-up {row["warmup"]:7.3f} s  '
-    f'build {row["build"]:6.1f} s  state {row["state_mib"]:7.1f} MiB  '
-    f'worker peak {row["worker_mib"]:8.0f} MiB  '
-    f'python peak {row["py_mib"]:6.0f} MiB  '
-    f'times {[round(t, 3) for t in row["times"]]}',
-    flush=True,
+def run_rounds(arm_names, rounds, model, clients, batches, batch_size) -> dict:
+  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import context  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import rounds as rounds_lib  # pylint: disable=g-import-not-at-top
+  from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
+
+  shapes = _shapes(model)
+  model_fn = models.tff_model_fn(model['preset'], model['vocab'], SEQ_LEN)
+  data = _client_data(clients, batches, batch_size, model['vocab'])
+  times = {name: [] for name in arm_names}
+  with context.local_execution_context() as ctx:
+    runner = None
+    if any(n.startswith('split-') for n in arm_names):
+      client_round, _ = rounds_lib.build_client_round(
+        model_fn, client_learning_rate=LEARNING_RATE, clip_norm=CLIP
+      )
+      runner = RoundRunner(client_round, shapes)
+    arms = []
+    for name in arm_names:
+      start = time.perf_counter()
+      arms.append(_build_arm(name, model, shapes, model_fn, runner))
+      print(
+        f'{time.strftime("%H:%M:%S")} [round] built {name} in {time.perf_counter() - start:.1f} s',
+        flush=True,
+      )
+    for r in range(rounds + 1):  # Round 0 of every arm is its warm-up.
+      for arm in arms:
+        seconds = arm.round(data)
+        if r:
+          times[arm.name].append(seconds)
+        else:
+          for part in arm.parts.values():
+            part.clear()
+        print(
+          f'{time.strftime("%H:%M:%S")} [round] {r} {arm.name:18s} {seconds:7.3f} s  '
+          f'load {_load()}',
+          flush=True,
+        )
+    worker_mib = _status_mib('VmHWM:', ctx.worker_pid)
+    for arm in arms:
+      if hasattr(arm, 'close'):
+        arm.close()
+  base = times.get('tff-gaussian-fixed')
+  rows = []
+  for arm in arms:
+    t = times[arm.name]
+    row = dict(name=arm.name, median=statistics.median(t), min=min(t), times=t)
+    if base:
+      row['x_gaussian_fixed'] = row['median'] / statistics.median(base)
+      row['x_paired'] = statistics.median(a / b for a, b in zip(t, base))
+    for part, values in arm.parts.items():
+      row[part] = statistics.median(values)
+    if isinstance(arm, _SplitArm):
+      row['noise_buffers_mib'] = sum(b.nbytes for b in arm.noise._kernel.buffers()) / 2**20  # pylint: disable=protected-access
+    rows.append(row)
+  return dict(
+    arms=rows,
+    python_peak_mib=_status_mib('VmHWM:'),
+    worker_peak_mib=worker_mib,
+    clients=clients,
+    batches=batches,
+    batch_size=batch_size,
   )
 
 
-def _table(rows):
-  base = dict((r['name'], r['median']) for r in rows).get('tff-gaussian-fixed')
-  head = '| mechanism | median s/round | min s/round | × tff gaussian_fixed (median) |'
-  sep = '|---|---:|---:|---:|'
-  head += ' aggregator state MiB | worker peak RSS MiB | Python peak RSS MiB (cumulative) |'
-  sep += '---:|---:|---:|'
-  print(head)
-  print(sep)
+# ---------------------------------------------------------------------------------------------
+# Report.
+
+
+def _round_table(result) -> list[str]:
+  lines = [
+    '| arm | median s | min s | × gaussian_fixed (median / paired) | TFF call s | '
+    'noise wait s | server update s | noise buffers MiB |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|',
+  ]
+  for r in result['arms']:
+    ratio = (
+      f'{r["x_gaussian_fixed"]:.3f} / {r["x_paired"]:.3f}' if 'x_gaussian_fixed' in r else 'n/a'
+    )
+    parts = [f'{r[p]:.3f}' if p in r else '' for p in ('tff', 'wait', 'update')]
+    buffers = f'{r["noise_buffers_mib"]:.0f}' if 'noise_buffers_mib' in r else ''
+    lines.append(
+      f'| {r["name"]} | {r["median"]:.3f} | {r["min"]:.3f} | {ratio} | '
+      + ' | '.join(parts)
+      + f' | {buffers} |'
+    )
+  lines.append(
+    f'\nPeak RSS: Python {result["python_peak_mib"]:.0f} MiB, worker '
+    f'{result["worker_peak_mib"]:.0f} MiB, sum {result["python_peak_mib"] + result["worker_peak_mib"]:.0f} MiB.'
+  )
+  return lines
+
+
+def _noise_table(rows) -> list[str]:
+  lines = [
+    '| mechanism | rounds | step s | z s | arith s | bound s (GB/s) | step × bound | '
+    'arith × bound | buffers MiB | peak RSS MiB (× buffers) |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ]
   for r in rows:
-    ratio = f'{r["median"] / base:.3f}' if base else 'n/a'
-    line = f'| {r["name"]} | {r["median"]:.3f} | {r["min"]:.3f} | {ratio} |'
-    line += f' {r["state_mib"]:.1f} | {r["worker_mib"]:.0f} | {r["py_mib"]:.0f} |'
-    print(line)
+    bound = f'{r["bound_s"]:.3f} ({r["bound_gbps"]:.0f})' if r['buffers_mib'] else '—'
+    ratio = f' ({r["peak_rss_mib"] / r["buffers_mib"]:.2f}×)' if r['buffers_mib'] > 100 else ''
+    lines.append(
+      f'| {r["mech"]} | {r["rounds"][0]}–{r["rounds"][1] - 1} | {r["step_s"]:.3f} | '
+      f'{r["z_s"]:.3f} | {r["arith_s"]:.3f} | {bound} | {r["step_x_bound"]:.2f} | '
+      f'{r["arith_x_bound"]:.2f} | {r["buffers_mib"]:.0f} | {r["peak_rss_mib"]:.0f}{ratio} |'
+    )
+  return lines
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--mode', default='agg', help='comma-separated: agg, fedavg')
-  parser.add_argument('--rounds', type=int, default=3, help='timed rounds in agg mode')
-  parser.add_argument('--fedavg-rounds', type=int, default=3, help='timed rounds in fedavg mode')
-  parser.add_argument('--clients', type=int, default=10)
+  parser.add_argument('--section', default='noise,round', help='comma-separated: noise, round')
+  parser.add_argument('--arms', default=None, help=f'round arms (default {DEFAULT_ARMS})')
   parser.add_argument(
-    '--batches', type=int, default=2, help='fedavg: batches per client (1 local epoch)'
+    '--noise-mechs', default='dpsgd,blt-4,tree,bandmf-64,bandmf-342', help='noise section'
   )
+  parser.add_argument('--rounds', type=int, default=4, help='timed rounds per arm / mechanism')
+  parser.add_argument('--clients', type=int, default=CPR)
+  parser.add_argument('--batches', type=int, default=2)
   parser.add_argument('--batch-size', type=int, default=16)
-  parser.add_argument('--seq-len', type=int, default=20)
-  parser.add_argument('--bands', default='64')
-  parser.add_argument('--only', default='')
-  parser.add_argument('--tiny', action='store_true', help='tiny model for smoke tests')
-  parser.add_argument('--json', default='', help='also write the rows to this JSON file')
+  parser.add_argument('--tiny', action='store_true', help='small model and arms: a smoke test')
+  parser.add_argument('--json', default='', help='also write the results to this JSON file')
+  parser.add_argument('--noise-child', default='', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
-  modes = [m for m in args.mode.split(',') if m]
-  for m in modes:
-    if m not in ('agg', 'fedavg'):
-      parser.error(f'unknown mode {m!r}')
-  dims = TINY_DIMS if args.tiny else FULL_DIMS
-  shapes = _shapes(**dims)
-  bands = [int(b) for b in args.bands.split(',') if b]
-  factories = _factories(bands, shapes)
-  only = [n for n in args.only.split(',') if n]
-  names = [n for n in factories if not only or n in only]
-  num_params = sum(int(np.prod(s)) for s in shapes)
-  load_start = os.getloadavg()
+  model = TINY if args.tiny else FULL
+  if args.noise_child:
+    print(json.dumps(noise_child(args.noise_child, args.rounds, model)))
+    return 0
+  sections = [s for s in args.section.split(',') if s]
+  arms = [a for a in (args.arms or (TINY_ARMS if args.tiny else DEFAULT_ARMS)).split(',') if a]
+  mechs = [m for m in args.noise_mechs.split(',') if m]
+  if args.tiny and args.noise_mechs == parser.get_default('noise_mechs'):
+    mechs = ['dpsgd', 'blt-4', 'tree', 'bandmf-4']
+  shapes = _shapes(model)
   print(
-    f'model: {num_params:,} parameters in {len(shapes)} tensors; '
-    f'{args.clients} clients; load average at start '
-    f'{" ".join(f"{x:.2f}" for x in load_start)}; '
-    f'{os.cpu_count()} CPUs',
+    f'model {model["preset"]} at {model["vocab"]} words: '
+    f'{sum(int(np.prod(s)) for s in shapes):,} parameters in {len(shapes)} tensors; '
+    f'{os.cpu_count()} CPUs; load {_load()}',
     flush=True,
   )
-
-  results = {}
-  if 'agg' in modes:
-    value_type = tff.StructWithPythonType([tff.TensorType(np.float32, s) for s in shapes], list)
-    rng = np.random.default_rng(0)
-    clients = [
-      [(rng.standard_normal(s, dtype=np.float32) * 1e-3) for s in shapes]
-      for _ in range(args.clients)
-    ]
-    print(f'[agg] median of {args.rounds} rounds after 1 warm-up', flush=True)
-    rows = []
-    for name in names:
-      row = _run(name, lambda name=name: factories[name]().create(value_type), clients, args.rounds)
-      rows.append(row)
-      _print_row('agg', row)
-    results['agg'] = rows
-
-  if 'fedavg' in modes:
-    seq_len = args.seq_len
-
-    def model_fn():
-      return tff.learning.models.from_keras_model(
-        _keras_lstm(**dims, seq_len=seq_len),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=(
-          tf.TensorSpec([None, seq_len], tf.int32),
-          tf.TensorSpec([None, seq_len], tf.int32),
-        ),
-      )
-
-    keras_shapes = [tuple(w.shape) for w in _keras_lstm(**dims, seq_len=seq_len).trainable_weights]
-    if keras_shapes != [tuple(s) for s in shapes]:
-      raise AssertionError(f'Keras shapes {keras_shapes} != {shapes}')
-    data = _client_datasets(
-      args.clients, args.batches, args.batch_size, seq_len, dims['vocab'], seed=0
+  results = dict(argv=sys.argv, model=model, load_start=os.getloadavg())
+  if 'noise' in sections:
+    results['noise'] = run_noise(mechs, args.rounds, args.tiny)
+  if 'round' in sections:
+    results['round'] = run_rounds(
+      arms, args.rounds, model, args.clients, args.batches, args.batch_size
     )
-    fed_names = [n for n in names if not n.startswith('bandmf') or n in only]
-    print(
-      f'[fedavg] {args.clients} clients × {args.batches} batches × '
-      f'{args.batch_size} sequences of {seq_len} tokens, 1 local epoch; '
-      f'median of {args.fedavg_rounds} rounds after 1 warm-up',
-      flush=True,
-    )
-
-    def build(name):
-      return tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn,
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, 0.95),
-        model_aggregator=factories[name](),
-      )
-
-    rows = []
-    for name in fed_names:
-      row = _run(
-        name,
-        lambda name=name: build(name),
-        data,
-        args.fedavg_rounds,
-        agg_state=lambda state: state.aggregator,
-      )
-      rows.append(row)
-      _print_row('fedavg', row)
-    results['fedavg'] = rows
-
-  for mode, rows in results.items():
-    print(f'\n{mode}:')
-    _table(rows)
-  py_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-  print(
-    f'\nPython process peak RSS: {py_peak:.0f} MiB; load average at end '
-    f'{" ".join(f"{x:.2f}" for x in os.getloadavg())}'
-  )
+  results['load_end'] = os.getloadavg()
+  if 'noise' in results:
+    print('\nnoise alone (per round):')
+    print('\n'.join(_noise_table(results['noise'])))
+  if 'round' in results:
+    print(f'\nfull rounds (median of {args.rounds} after a warm-up):')
+    print('\n'.join(_round_table(results['round'])))
+  print(f'\nload at start {" ".join(f"{x:.2f}" for x in results["load_start"])}, at end {_load()}')
   if args.json:
     with open(args.json, 'w') as f:
-      json.dump(
-        {
-          'argv': sys.argv,
-          'num_params': num_params,
-          'load_start': load_start,
-          'load_end': os.getloadavg(),
-          'python_peak_mib': py_peak,
-          'results': results,
-        },
-        f,
-        indent=1,
-      )
+      json.dump(results, f, indent=1)
   return 0
 
 

@@ -162,51 +162,109 @@ def inverse_blt(
 class BltStream(streaming.NoiseStream):
   """Round t's [C⁻¹ z]_t for C = BLT(θ, ω), with no horizon (BLT Alg. 2, with C's own θ, ω):
 
-      y_t = z_t - Σ_j ω_j S_j,    S_j ← θ_j S_j + y_t,    S = 0 before round 0.
+      y_t = z_t - ω_0 S_0 - ω_1 S_1 - …,    S_j ← θ_j S_j + y_t,    S = 0 before round 0.
 
-  State: (t, per tensor the nbuf buffers S_j, the same recursion on the float64 impulse δ_{t,0}
-  with the running Σ ĉ² of its outputs). C⁻¹ is Toeplitz with coefficients ĉ (the impulse
-  response), so ‖row_t of C⁻¹‖² = Σ_{s≤t} ĉ_s². The memory term is a chain of multiply-adds in
-  buffer order, the same operations in numpy and TensorFlow.
+  State: (t, per tensor the nbuf buffers stacked as one [nbuf, *shape] array, the same recursion
+  on the float64 impulse δ_{t,0} with the running Σ ĉ² of its outputs). C⁻¹ is Toeplitz with
+  coefficients ĉ (the impulse response), so ‖row_t of C⁻¹‖² = Σ_{s≤t} ĉ_s².
+
+  The memory term is a chain of subtractions in buffer order, one rounding per operation: TF's
+  graph optimizer rewrites a chain of additions into AddN and reorders it, which would make the
+  TFF aggregator differ from eager TF and numpy by an ulp; subtractions it leaves alone. Stacking
+  the buffers per tensor keeps the aggregator's state at one tensor per model tensor (fewer
+  tensors to move through TFF's execution context; issue 11).
   """
 
   buf_decay: tuple[float, ...]
   output_scale: tuple[float, ...]
 
-  def _buffers(self, shape, dtype, ops) -> tuple:
-    return tuple(ops.zeros(shape, dtype) for _ in self.buf_decay)
-
   def model_buffers(self, rounds: int) -> int:
     return len(self.buf_decay)
 
   def init(self, specs, ops):
+    nbuf = len(self.buf_decay)
     return (
       streaming.round_counter(ops),
-      tuple(self._buffers(spec.shape, spec.dtype, ops) for spec in specs),
-      (self._buffers((), ops.float64, ops), ops.constant(0.0, ops.float64)),
+      tuple(ops.zeros((nbuf,) + tuple(spec.shape), spec.dtype) for spec in specs),
+      (ops.zeros((nbuf,), ops.float64), ops.constant(0.0, ops.float64)),
     )
 
-  def _apply(self, z, buffers):
-    memory = self.output_scale[0] * buffers[0]
-    for omega, s in zip(self.output_scale[1:], buffers[1:]):
-      memory = memory + omega * s
-    y = z - memory
-    return y, tuple(theta * s + y for theta, s in zip(self.buf_decay, buffers))
+  def _apply(self, z, buffers, ops):
+    y = z
+    for j, omega in enumerate(self.output_scale):
+      y = y - omega * buffers[j]
+    decay = np.reshape(self.buf_decay, (-1,) + (1,) * len(z.shape))
+    return y, ops.constant(decay, buffers.dtype) * buffers + y[None]
 
   def step(self, state, z, ops):
     t, buffers, (impulse, cum) = state
     outputs, new_buffers = [], []
     for zk, bufs in zip(z(0), buffers):
-      y, bufs = self._apply(zk, bufs)
+      y, bufs = self._apply(zk, bufs, ops)
       outputs.append(y)
       new_buffers.append(bufs)
-    c_hat, impulse = self._apply(ops.is_first_round(t, ops.float64), impulse)
+    c_hat, impulse = self._apply(ops.is_first_round(t, ops.float64), impulse, ops)
     return outputs, (t + 1, tuple(new_buffers), (impulse, cum + c_hat * c_hat))
 
   def row_norm(self, state, ops):
     t, _, (impulse, cum) = state
-    c_hat, _ = self._apply(ops.is_first_round(t, ops.float64), impulse)
+    c_hat, _ = self._apply(ops.is_first_round(t, ops.float64), impulse, ops)
     return ops.sqrt(cum + c_hat * c_hat)
+
+  def host_kernel(self, specs):
+    return BltKernel(self, specs)
+
+
+class BltKernel(streaming.HostKernel):
+  """`BltStream.step` in numpy, in place: one pass over the buffers per round, chunk by chunk.
+
+  The same operations in the same order as the definition (float32 θ, ω; `out=` temporaries), so
+  the same bits; tests/mf/test_host_kernels.py checks it.
+  """
+
+  def __init__(self, stream: BltStream, specs):
+    super().__init__(stream, specs)
+    self._buffers = []
+    for spec in self.specs:
+      buf = np.empty((len(stream.buf_decay), int(np.prod(spec.shape))), spec.dtype)
+      buf.fill(0)  # Commits the pages now: the memory is held from round 0, not on first write.
+      self._buffers.append(buf)
+
+  def step(self, z):
+    stream = self.stream
+    outputs = []
+    for zk, buf, spec in zip(z(0), self._buffers, self.specs):
+      dtype = buf.dtype.type
+      omega = [dtype(w) for w in stream.output_scale]
+      theta = [dtype(d) for d in stream.buf_decay]
+      zk = np.asarray(zk, buf.dtype).reshape(-1)
+      y = np.empty_like(zk)
+      tmp = np.empty(min(streaming.CHUNK, zk.size), buf.dtype)
+      for lo, hi in streaming.chunks(zk.size):
+        out, t = y[lo:hi], tmp[: hi - lo]
+        np.subtract(zk[lo:hi], np.multiply(omega[0], buf[0, lo:hi], out=t), out=out)
+        for j in range(1, len(omega)):
+          np.subtract(out, np.multiply(omega[j], buf[j, lo:hi], out=t), out=out)
+        for j in range(len(theta)):
+          s = buf[j, lo:hi]
+          np.add(np.multiply(theta[j], s, out=s), out, out=s)
+      outputs.append(y.reshape(spec.shape))
+    self._advance_scalars()
+    return outputs
+
+  def buffers(self):
+    return list(self._buffers)
+
+  def tensor_state(self, copy):
+    return tuple(
+      (np.array if copy else np.asarray)(buf).reshape((-1,) + spec.shape)
+      for buf, spec in zip(self._buffers, self.specs)
+    )
+
+  def restore_tensors(self, tensors):
+    for buf, value, spec in zip(self._buffers, tensors, self.specs):
+      value = streaming.check_shape(value, (buf.shape[0],) + spec.shape, 'BLT buffers')
+      buf[...] = value.reshape(buf.shape)
 
 
 def blt_stream(buf_decay: Any, output_scale: Any) -> BltStream:

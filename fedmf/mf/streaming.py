@@ -17,7 +17,12 @@ explicit data (after jax_privacy's streaming matrices):
 * `ops` is the array backend. `NUMPY` (here) runs the stream in numpy, the float64 reference;
   `fedmf.tff.noise.TF_OPS` runs the very same definition in TensorFlow, for the aggregator and the
   training program. Each mechanism's stream is written once, against `ops`.
-* The state is a tuple whose first entry is the round counter t; the rest is per mechanism.
+* The state is a tuple whose first entry is the round counter t and whose second is per tensor
+  (one entry per spec); the rest (if any) is a small float64 part for `row_norm`.
+* `stream.host_kernel(specs)` runs the same stream on the host in numpy with its model-sized
+  buffers updated in place (`HostKernel`; issue 11): the training program's fast path. A
+  mechanism may give an in-place kernel of its own; it must equal `step` with `NUMPY` bit for bit
+  (tests/mf/test_host_kernels.py), and the default runs `step` itself.
 
 Notation: docs/architecture.md (n rounds, 0-based; C strategy; b̂ bands; θ, ω BLT decays and scales).
 """
@@ -135,6 +140,10 @@ class NoiseStream(abc.ABC):
   def row_norm(self, state: tuple, ops: Any) -> Any:
     """float64 std of one coordinate of round t's unit-scale noise (‖row_t of C⁻¹‖)."""
 
+  def host_kernel(self, specs: Sequence[Any]) -> "HostKernel":
+    """The stream on the host in numpy (`HostKernel`); mechanisms with big state override it."""
+    return GenericKernel(self, specs)
+
 
 def round_counter(ops: Any) -> Any:
   """The t entry of a fresh state."""
@@ -203,3 +212,139 @@ def row_norms(stream: NoiseStream, n: int, ops: Any = NUMPY) -> np.ndarray:
     out[t] = float(stream.row_norm(state, ops))
     _, state = stream.step(state, lambda j: zero, ops)
   return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Host kernels: the stream in numpy with its state held (and updated in place) on the host.
+
+#: float32 elements per chunk of the in-place kernels (256 KiB): every temporary of a chunk stays
+#: in the L2 cache while the buffers stream through memory once (issue 11 measurements).
+CHUNK = 1 << 16
+
+
+def chunks(size: int, chunk: Optional[int] = None):
+  """[lo, hi) ranges covering [0, size), of `chunk` (default CHUNK) elements."""
+  chunk = chunk or CHUNK
+  return [(lo, min(lo + chunk, size)) for lo in range(0, size, chunk)]
+
+
+class HostKernel:
+  """A stream run on the host in numpy, its state owned by the kernel.
+
+  `step(z)` returns round t's noise as new arrays (one per spec; the caller owns them) and
+  advances; `row_norm()` is round t's before the step. `state(copy)` is the stream's own state
+  (`NoiseStream.init` layout, numpy), `restore(state)` takes one back. Subclasses keep the
+  model-sized part of the state in their own layout and update it in place; the small float64
+  part stays the stream's own state with no tensors (`stream.init([], NUMPY)`), advanced by the
+  stream's own `step`, so `row_norm` and the round counter are the generic definition's.
+  """
+
+  def __init__(self, stream: NoiseStream, specs: Sequence[Any]):
+    self.stream = stream
+    self.specs = [
+      Spec(tuple(int(n) for n in s.shape), np.dtype(_numpy_dtype(s.dtype))) for s in specs
+    ]
+    self._scalars = stream.init([], NUMPY)
+
+  @property
+  def round(self) -> int:
+    return int(self._scalars[0])
+
+  def row_norm(self) -> float:
+    return float(self.stream.row_norm(self._scalars, NUMPY))
+
+  def _advance_scalars(self) -> None:
+    _, self._scalars = self.stream.step(self._scalars, lambda j: [], NUMPY)
+
+  def step(self, z: Draws) -> list[np.ndarray]:
+    raise NotImplementedError
+
+  def buffers(self) -> list[np.ndarray]:
+    """The model-sized arrays the kernel holds (its memory; benchmarks stream through them)."""
+    return [np.asarray(x) for x in _leaves(self.tensor_state(copy=False))]
+
+  def tensor_state(self, copy: bool) -> tuple:
+    """The per-tensor entry of the stream state (state[1])."""
+    raise NotImplementedError
+
+  def restore_tensors(self, tensors: Sequence[Any]) -> None:
+    raise NotImplementedError
+
+  def state(self, copy: bool = True) -> tuple:
+    """The stream state; copy=False gives views of the buffers, valid until the next step."""
+    return (np.asarray(self._scalars[0]), self.tensor_state(copy)) + tuple(self._scalars[2:])
+
+  def restore(self, state: Sequence[Any]) -> None:
+    if len(state) != len(self._scalars):
+      raise ValueError(
+        f'noise state has {len(state)} parts, the stream expects {len(self._scalars)}'
+      )
+    tensors = state[1]
+    if len(tensors) != len(self.specs):
+      raise ValueError(
+        f'noise state is for {len(tensors)} tensors, the model has {len(self.specs)}'
+      )
+    self.restore_tensors(tensors)
+    rest = _restore_like(tuple(self._scalars[2:]), tuple(state[2:]))
+    self._scalars = (np.array(state[0], np.int64), ()) + rest
+
+
+def _numpy_dtype(dtype: Any) -> Any:
+  return getattr(dtype, 'as_numpy_dtype', dtype)
+
+
+def check_shape(got: Any, want: tuple, what: str) -> np.ndarray:
+  got = np.asarray(got)
+  if got.shape != tuple(want):
+    raise ValueError(f'noise state {what} has shape {got.shape}, expected {tuple(want)}')
+  return got
+
+
+class GenericKernel(HostKernel):
+  """The stream's own `step` with the numpy backend (no in-place updates)."""
+
+  def __init__(self, stream: NoiseStream, specs: Sequence[Any]):
+    super().__init__(stream, specs)
+    self._state = stream.init(self.specs, NUMPY)
+
+  @property
+  def round(self) -> int:
+    return int(self._state[0])
+
+  def row_norm(self) -> float:
+    return float(self.stream.row_norm(self._state, NUMPY))
+
+  def buffers(self):
+    return [np.asarray(x) for x in _leaves(self._state[1:2])]
+
+  def step(self, z):
+    noise, self._state = self.stream.step(self._state, z, NUMPY)
+    return [np.array(x, dtype=s.dtype).reshape(s.shape) for x, s in zip(noise, self.specs)]
+
+  def state(self, copy=True):
+    return _map_arrays(self._state, np.array if copy else np.asarray)
+
+  def restore(self, state):
+    template = self.stream.init(self.specs, NUMPY)
+    self._state = _restore_like(template, state)
+
+
+def _leaves(tree: Any) -> list:
+  if isinstance(tree, tuple):
+    return [leaf for x in tree for leaf in _leaves(x)]
+  return [tree]
+
+
+def _map_arrays(tree: Any, fn: Callable) -> Any:
+  if isinstance(tree, tuple):
+    return tuple(_map_arrays(x, fn) for x in tree)
+  return fn(tree)
+
+
+def _restore_like(template: Any, value: Any) -> Any:
+  if isinstance(template, tuple):
+    if not isinstance(value, (tuple, list)) or len(value) != len(template):
+      raise ValueError('noise state does not match the stream')
+    return tuple(_restore_like(t, v) for t, v in zip(template, value))
+  value = np.array(value, dtype=np.asarray(template).dtype)
+  return value

@@ -244,7 +244,7 @@ class TreeStream(streaming.NoiseStream):
   round t is node (j, t >> j)'s noise, so every node is drawn exactly once. The buffered nodes at
   heights j < h are left descendants of node (h, t >> h) and leave the dyadic cover:
 
-      noise_t = c_h e_h - Σ_{j<h} c_j s_j,
+      noise_t = c_h e_h - c_0 s_0 - c_1 s_1 - … - c_{h-1} s_{h-1}   (subtracted in this order),
 
   vanilla: e = the node's own draw, c = 1; online Honaker (tensorflow_privacy's
   EfficientTreeAggregator, TFF's TreeResidualSumQuery): the unweighted recursion
@@ -284,9 +284,9 @@ class TreeStream(streaming.NoiseStream):
       dtype = node.dtype
 
       def below(j, acc, buf=buf, dtype=dtype):
-        return acc + ops.cast(self._weight(j, ops), dtype) * ops.row(buf, j)
+        return acc - ops.cast(self._weight(j, ops), dtype) * ops.row(buf, j)
 
-      out = ops.cast(self._weight(h, ops), dtype) * node - ops.fori_loop(0, h, below, 0.0 * node)
+      out = ops.fori_loop(0, h, below, ops.cast(self._weight(h, ops), dtype) * node)
       outputs.append(out)
       new_buffers.append(ops.set_row(buf, h, node))
     return outputs, (t + 1, tuple(new_buffers))
@@ -294,6 +294,72 @@ class TreeStream(streaming.NoiseStream):
   def row_norm(self, state, ops):
     h = ops.trailing_zeros(state[0] + 1)
     return ops.gather(np.sqrt(round_variances(self.variant)), h, ops.float64)
+
+  def host_kernel(self, specs):
+    return TreeKernel(self, specs)
+
+
+class TreeKernel(streaming.HostKernel):
+  """`TreeStream.step` in numpy, in place: one array per buffered node (a list per tensor, so a
+  new height appends instead of copying the buffer), chunk by chunk, with the definition's
+  operations in its order (tests/mf/test_host_kernels.py)."""
+
+  def __init__(self, stream: TreeStream, specs):
+    super().__init__(stream, specs)
+    self._levels = [[] for _ in self.specs]  # _levels[k][j]: tensor k's node at height j.
+
+  def step(self, z):
+    stream = self.stream
+    h = streaming.NUMPY.trailing_zeros(self.round + 1)
+    honaker = stream.variant != 'vanilla'
+    draws = [z(j) for j in range(h + 1)] if honaker else [None] * h + [z(h)]
+    outputs = []
+    for k, (levels, spec) in enumerate(zip(self._levels, self.specs)):
+      dtype = np.dtype(spec.dtype).type
+      weights = [dtype(stream._weight(j, streaming.NUMPY)) for j in range(h + 1)]
+      node = np.array(draws[h][k] if not honaker else draws[0][k], spec.dtype).reshape(-1)
+      y = np.empty_like(node)
+      tmp = np.empty(min(streaming.CHUNK, node.size), node.dtype)
+      half = dtype(0.5)
+      for lo, hi in streaming.chunks(node.size):
+        s, out, t = node[lo:hi], y[lo:hi], tmp[: hi - lo]
+        if honaker:  # s ← w(j+1) + 0.5·(s_j + s), in place in the node's array.
+          for j in range(h):
+            np.add(levels[j][lo:hi], s, out=s)
+            np.multiply(half, s, out=s)
+            np.add(np.asarray(draws[j + 1][k], node.dtype).reshape(-1)[lo:hi], s, out=s)
+        np.multiply(weights[h], s, out=out)
+        for j in range(h):
+          np.subtract(out, np.multiply(weights[j], levels[j][lo:hi], out=t), out=out)
+      if h == len(levels):
+        levels.append(node)
+      else:
+        levels[h] = node
+      outputs.append(y.reshape(spec.shape))
+    self._advance_scalars()
+    return outputs
+
+  def buffers(self):
+    return [level for levels in self._levels for level in levels]
+
+  def tensor_state(self, copy):
+    return tuple(
+      np.stack(levels).reshape((len(levels),) + spec.shape)
+      if levels
+      else np.zeros((0,) + spec.shape, spec.dtype)
+      for levels, spec in zip(self._levels, self.specs)
+    )
+
+  def restore_tensors(self, tensors):
+    restored = []
+    for value, spec in zip(tensors, self.specs):
+      value = np.asarray(value)
+      if value.shape[1:] != spec.shape:
+        raise ValueError(
+          f'tree noise state has shape {value.shape}, expected (rows,) + {spec.shape}'
+        )
+      restored.append([np.array(row, spec.dtype).reshape(-1) for row in value])
+    self._levels = restored
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ One concept: a round of DP FedAvg (the papers' FedSGDM; BandMF App. I, BLT Alg. 
   1. the participation model draws the cohort (device timer, schedule or sampling);
   2. TFF runs the federated part: broadcast, one local epoch of client SGD, clipping to ζ, the sum
      (`fedmf.tff.rounds`, in chunks by `fedmf.tff.runner`);
-  3. the server adds ζ·σ·[C⁻¹ z]_t from the strategy's stream, divides by the clients per round and
-     applies SGD with momentum under the learning-rate schedule (`fedmf.program.server`);
+  3. the server adds ζ·σ·[C⁻¹ z]_t from the strategy's stream (computed in a background thread
+     during step 2), divides by the clients per round and applies SGD with momentum under the
+     learning-rate schedule (`fedmf.program.server`);
   4. the privacy meter records who took part.
 
 `build_run(config)` makes everything a run needs; `run_round(run, r)` does round r. The simulation
@@ -167,7 +168,8 @@ def build_run(
       if noise_seed is not None
       else (config.noise_seed if config.noise_seed is not None else server_lib.draw_seed())
     )
-    noise = server_lib.HostNoise(stream, shapes, seed)
+    # overlap: each round's noise is computed while TFF trains the clients (same noise either way).
+    noise = server_lib.HostNoise(stream, shapes, seed, overlap=True)
   return TrainingRun(
     config=config,
     task=task,
@@ -190,6 +192,8 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
   c = run.config
   r = cohort.round
   start = time.perf_counter()
+  if run.noise is not None:
+    run.noise.prefetch()  # The noise does not depend on the data: computed during the TFF call.
   datasets = [run.task.client_dataset(int(i)) for i in cohort.clients]
   result = run.runner.run(run.server.weights, datasets)
   row_norm = run.noise.row_norm() if run.noise is not None else 0.0

@@ -121,6 +121,9 @@ def run_simulation(
       metrics.abort()
       bar.close()
       raise
+    finally:
+      if run.noise is not None:
+        run.noise.close()
     metrics.close()
     bar.close()
   seconds = time.perf_counter() - start

@@ -13,7 +13,8 @@ Layer 3 of docs/architecture.md; notation from there and docs/mechanisms.md.
    `clip_norm · noise_multiplier · [C⁻¹ z]_i` is added (BandMF Alg. 1, BLT
    Eq. 1/4; for the tree, the decoder's per-round noise), with z from
    `tf.random.stateless_normal` keyed by (noise_seed, i, tensor index);
-3. the result is divided by the fixed `clients_per_round` (the DP mean);
+3. the result is divided by the fixed `clients_per_round` (the DP mean; as a
+   multiplication by float32(1/clients_per_round), like the host path);
 4. a non-finite noise or mean stops the round with an InvalidArgumentError
    naming it ("fedmf: round i ...").
 
@@ -161,8 +162,12 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         noises, new_noise_state = stream.step(
           noise_state, noise_lib.round_draws(state['seed'], round_index, specs), noise_lib.TF_OPS
         )
+      # × float32(1/cpr), not ÷ cpr: TF's graph optimizer rewrites a division by a constant into
+      # this multiplication anyway, and writing it so gives the same bits here, in eager TF and in
+      # numpy (the host server step, fedmf.program.server).
       mean = [
-        (t + tf.cast(scale, t.dtype) * z) / tf.cast(cpr, t.dtype) for t, z in zip(flat, noises)
+        (t + tf.cast(scale, t.dtype) * z) * tf.cast(1.0 / cpr, t.dtype)
+        for t, z in zip(flat, noises)
       ]
       # Runtime guard: training stops in the round where the noise or the aggregate stops being
       # finite (an overflowing sum of huge updates, σ·ζ beyond float32, a stream that overflows),
