@@ -363,7 +363,7 @@ def _iter_jsonl_python(path: str, fmt: LogFormat) -> Iterator[pa.Table]:
         obj[ROUND] = float(obj[ROUND])
       elif ROUND in obj and obj[ROUND] is not None:
         raise ParticipationLogError(
-          f"{path}: line {lineno}: round must be an integer, got {obj[ROUND]!r}"
+          f"{path}: line {lineno}: round must be an integer, got {json.dumps(obj[ROUND])[:30]}"
         )
       rows.append(obj)
       if len(rows) >= _JSONL_CHUNK_ROWS:
