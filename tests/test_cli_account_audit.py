@@ -128,13 +128,14 @@ def test_audit_json_and_report(files, capsys, tmp_path):
     )
     == 0
   )
-  assert "observed min-sep b: 3" in capsys.readouterr().out
+  assert "realized participation: min-sep b = 3," in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
   "argv_tail,match",
   [
-    (["--noise-multiplier", "0", "--delta", "1e-6"], "positive"),
+    (["--noise-multiplier", "-1", "--delta", "1e-6"], ">= 0"),
+    (["--noise-multiplier", "nan", "--delta", "1e-6"], ">= 0"),
     (["--noise-multiplier", "1", "--delta", "1.5"], "(0, 1)"),
     (["--noise-multiplier", "1", "--delta", "0"], "(0, 1)"),
   ],

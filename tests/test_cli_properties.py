@@ -367,3 +367,130 @@ def test_end_to_end_in_a_subprocess(tmp_path, text, args):
   assert proc.returncode == 2 and len(lines) == 1 and "error" in lines[0], proc.stderr
   assert proc.stdout == ""
   assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+# --- fedmf audit: random malformed participation logs (issue 14) ---------------------------------
+
+LOG_STRATEGY = _dump({"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]})
+BAD_ROUNDS = hs.sampled_from(
+  ["", "x", "1.5", "nan", "inf", "-1", "-7", "1e20", "99999999999999999999", "1000000000000", "0x3"]
+)
+BAD_JSON_IDS = hs.sampled_from(["true", "false", "1.5", "null", "[]", "{}", '""', "-0.5", "1e400"])
+
+
+def _csv(rows) -> bytes:
+  return ("round,client_id\n" + "".join(f"{r},{c}\n" for r, c in rows)).encode()
+
+
+def _jsonl(rows) -> bytes:
+  return "".join(f'{{"round": {r}, "client_id": {c}}}\n' for r, c in rows).encode()
+
+
+GOOD_ROWS = hs.lists(
+  hs.tuples(hs.integers(0, 30), hs.sampled_from(["a", "b", "c", "7", "d-1"])),
+  min_size=1,
+  max_size=12,
+)
+
+
+@hs.composite
+def malformed_log(draw):
+  """(file name, bytes) of a participation log that no reading accepts."""
+  import gzip  # pylint: disable=import-outside-toplevel
+
+  rows = draw(GOOD_ROWS)
+  kind = draw(hs.integers(0, 8))
+  if kind == 0:  # a gzip stream cut short
+    name = draw(hs.sampled_from(["log.csv.gz", "log.jsonl.gz"]))
+    body = (
+      _csv(rows * 400)
+      if name.startswith("log.csv")
+      else _jsonl([(r, f'"{c}"') for r, c in rows * 400])
+    )
+    data = gzip.compress(body)
+    return name, data[: draw(hs.integers(1, len(data) - 9))]
+  if kind == 1:  # a bad round in a CSV row
+    at = draw(hs.integers(0, len(rows)))
+    bad = (draw(BAD_ROUNDS), "z")
+    return "log.csv", _csv(rows[:at] + [bad] + rows[at:])
+  if kind == 2:  # a client id that is not a string or an integer
+    at = draw(hs.integers(0, len(rows)))
+    quoted = [(r, f'"{c}"') for r, c in rows]
+    return "log.jsonl", _jsonl(quoted[:at] + [(3, draw(BAD_JSON_IDS))] + quoted[at:])
+  if kind == 3:  # no rows, no header, a missing column
+    return draw(
+      hs.sampled_from(
+        [
+          ("log.csv", b""),
+          ("log.csv", b"round,client_id\n"),
+          ("log.csv", b"round,client\n0,a\n"),
+          ("log.jsonl", b""),
+          ("log.jsonl", b'{"round": 0}\n'),
+        ]
+      )
+    )
+  if kind == 4:  # a line that is not a JSON object
+    quoted = [(r, f'"{c}"') for r, c in rows]
+    lines = _jsonl(quoted).decode().splitlines(keepends=True)
+    at = draw(hs.integers(0, len(lines)))
+    lines.insert(at, draw(hs.sampled_from(["{", "[1, 2]\n", '{"round": 1, \n', "nul\n"])))
+    return "log.jsonl", "".join(lines).encode()
+  if kind == 5:  # bytes that are not UTF-8
+    return "log.csv", _csv(rows) + b"\xff\xfe,\x80\n"
+  if kind == 6:  # not a Parquet file
+    return "log.parquet", draw(hs.binary(min_size=0, max_size=64))
+  if kind == 7:  # an unknown extension
+    return draw(hs.sampled_from(["log.txt", "log.csv.bz2", "log"])), _csv(rows)
+  # A round that is a timestamp: per-round work beyond --max-memory.
+  return "log.csv", _csv(rows + [(draw(hs.integers(10**10, 10**15)), "a")])
+
+
+def _audit_in_fresh_dir(name, data, flags, *, must_fail, report=True):
+  with tempfile.TemporaryDirectory() as tmp:
+    log, strategy = os.path.join(tmp, name), os.path.join(tmp, "s.json")
+    Path(log).write_bytes(data)
+    Path(strategy).write_text(LOG_STRATEGY)
+    argv = ["audit", log, "--strategy", strategy, "--noise-multiplier", "2", "--delta", "1e-6"]
+    argv += flags + (["--report", os.path.join(tmp, "report")] if report else []) + LIMITS
+    code, out, err = _cli(argv)
+    assert "Traceback" not in err and "Traceback" not in out
+    if must_fail or code == 2:
+      assert code == 2, (code, out, err)
+      lines = err.splitlines()
+      assert len(lines) == 1 and lines[0].startswith("fedmf audit: error:"), err
+      assert out == ""
+      assert sorted(os.listdir(tmp)) == sorted([name, "s.json"])  # no report, no temporary file
+    else:
+      assert code == 0 or (code == 1 and "--strict" in flags), (code, err)
+      assert not re.search(r"\b(nan|NaN|None)\b", out), out
+      assert sorted(os.listdir(tmp)) == sorted([name, "s.json"] + (["report"] if report else []))
+      if code == 1:
+        assert err.splitlines()[-1].startswith("fedmf audit: strict: FAILED:"), err
+    return code
+
+
+@SETTINGS
+@given(log=malformed_log(), report=hs.booleans())
+def test_malformed_logs_exit_2_with_one_line(log, report):
+  _audit_in_fresh_dir(*log, [], must_fail=True, report=report)
+
+
+@SETTINGS
+@given(
+  rows=GOOD_ROWS,
+  fmt=hs.sampled_from(["csv", "jsonl"]),
+  flags=arguments(
+    {
+      "--rounds": hs.sampled_from(["31", "40", "1000", "1000000000", "1", "5"]),
+      "--min-sep": hs.sampled_from(["1", "3", "10"]),
+      "--max-epsilon": hs.sampled_from(["1", "8", "1e6"]),
+    }
+  ),
+  strict=hs.booleans(),
+  report=hs.integers(0, 4),
+)
+def test_any_log_and_flags_audit_or_fail_in_one_line(rows, fmt, flags, strict, report):
+  data = _csv(rows) if fmt == "csv" else _jsonl([(r, f'"{c}"') for r, c in rows])
+  flags = flags + (["--strict"] if strict else [])
+  # A report (its plots take a second) in one example of five.
+  _audit_in_fresh_dir(f"log.{fmt}", data, flags, must_fail=False, report=report == 0)

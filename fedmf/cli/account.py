@@ -19,14 +19,17 @@ def add_parser(subparsers: Any) -> None:
     description="Compute the sensitivity of a strategy for n rounds under b-min-separation with "
     "at most k participations, then rho-zCDP and epsilon at delta (PLD), for a given "
     "noise multiplier, or the noise multiplier that reaches a target epsilon.",
-    formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    formatter_class=common.HelpFormatter,
   )
   parser.add_argument("strategy", metavar="STRATEGY.json", help="strategy file")
-  parser.add_argument("--n", type=common.positive_int, required=True, help="number of rounds n")
+  parser.add_argument(
+    "--n", type=common.positive_int, required=True, metavar="N", help="number of rounds n"
+  )
   parser.add_argument(
     "--min-sep",
     type=common.positive_int,
     default=None,
+    metavar="B",
     help="b: minimum gap between two participations of a client (|i-j| >= b); "
     "omit for single participation",
   )
@@ -34,14 +37,22 @@ def add_parser(subparsers: Any) -> None:
     "--max-participations",
     type=common.positive_int,
     default=None,
-    help="k: maximum participations of a client (default ceil(n/b))",
+    metavar="K",
+    help="k: maximum participations of a client (default: ceil(n/b))",
   )
   noise = parser.add_mutually_exclusive_group(required=True)
-  noise.add_argument("--noise-multiplier", type=common.positive_float, help="sigma")
   noise.add_argument(
-    "--target-epsilon", type=common.positive_float, help="calibrate sigma to reach this epsilon"
+    "--noise-multiplier", type=common.positive_float, metavar="SIGMA", help=common.SIGMA_HELP
   )
-  parser.add_argument("--delta", type=common.probability, required=True, help="delta in (0, 1)")
+  noise.add_argument(
+    "--target-epsilon",
+    type=common.positive_float,
+    metavar="EPS",
+    help="calibrate sigma to reach this epsilon",
+  )
+  parser.add_argument(
+    "--delta", type=common.probability, required=True, metavar="DELTA", help="delta in (0, 1)"
+  )
   common.add_method_args(
     parser, accountant_help="pld: dp_accounting PLD (pessimistic); analytic: exact Gaussian curve"
   )

@@ -1,108 +1,309 @@
-"""`fedmf audit`: the post-hoc min-separation auditor over a participation log (see fedmf.privacy.audit).
+"""`fedmf audit`: the post-hoc min-separation auditor over a run directory or a participation log.
 
-Notation as docs/architecture.md: --min-sep is the gap B (|i-j| ≥ B), never B-1.
+`fedmf audit RUN_DIR` reads the run's own strategy, noise multiplier, δ, rounds and declared schema
+(`fedmf.program.run_dir`), so nothing is retyped; explicit flags override them, and a value that
+differs from the run's is reported. `fedmf audit LOG --strategy ... --noise-multiplier ... --delta
+...` audits any log. Exit codes: 0 audited, 1 `--strict` failed, 2 bad input (one line).
+
+Notation as docs/architecture.md: --min-sep is the gap b (|i-j| >= b), never b-1.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+import os
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from fedmf.cli import common
+from fedmf.errors import FedmfUserError
+
+DESCRIPTION = """\
+Audit a participation log after training: the realized min-separation b and max participations k,
+the violations of the declared schema, and the one privacy statement the log supports (sensitivity,
+rho-zCDP, epsilon at delta for the realized participation; never a declared schema the log
+violates).
+
+SOURCE is a run directory written by `fedmf simulate` or `fedmf train` (its participation log,
+strategy.json, plan.json, summary.json and config.json give the strategy, sigma, delta, the released
+rounds and the declared schema; a flag overrides a value, and a value that differs from the run's is
+reported), or a participation log file (.csv, .csv.gz, .jsonl, .jsonl.gz, .parquet with columns
+round and client_id; docs/participation-log.md), which needs --strategy, --noise-multiplier and
+--delta.
+
+For CI and production pipelines, --strict makes the exit code the verdict: 0 when the log complies
+with the declared schema, a privacy guarantee holds and epsilon is within --max-epsilon; 1 when any
+of them fails (the reasons on stderr and in --json under "strict"); 2 for bad input.
+
+  fedmf audit out/run                                  # the run's own settings
+  fedmf audit out/run --strict --max-epsilon 8         # gate a pipeline on the audit
+  fedmf audit out/run --report out/run/reaudit         # HTML report with plots (report.html)
+  fedmf audit log.csv --strategy blt.json --noise-multiplier 7.4 --delta 1e-6 --rounds 2000 \\
+    --min-sep 342"""
 
 
 def add_parser(subparsers: Any) -> None:
   parser = subparsers.add_parser(
     "audit",
-    help="audit a participation log: realized min-sep, violations, rho and epsilon",
-    description="Read a participation log (.csv/.csv.gz/.jsonl/.jsonl.gz/.parquet with columns "
-    "round, client_id), compute the realized min-separation b and max "
-    "participations k, the violations of the declared limits, and the privacy "
-    "claim (sensitivity, rho-zCDP, epsilon at delta) the log supports.",
-    formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    help="audit a run directory or participation log: realized min-sep, violations, epsilon",
+    description=DESCRIPTION,
+    formatter_class=_Formatter,
   )
-  parser.add_argument("log", metavar="LOG", help="participation log")
-  parser.add_argument("--strategy", required=True, metavar="FILE.json", help="strategy file")
   parser.add_argument(
-    "--noise-multiplier", type=common.positive_float, required=True, help="sigma used in training"
+    "source",
+    metavar="SOURCE",
+    help="a run directory (fedmf simulate/train --out) or a participation log file",
   )
-  parser.add_argument("--delta", type=common.probability, required=True, help="delta in (0, 1)")
+  parser.add_argument(
+    "--strategy",
+    metavar="FILE.json",
+    help="strategy file (default: the run's strategy.json; required for a log file)",
+  )
+  parser.add_argument(
+    "--noise-multiplier",
+    type=common.non_negative_float,
+    metavar="SIGMA",
+    help=common.SIGMA_HELP + "; 0 audits a run without DP (no guarantee). Default: the run's "
+    "plan.json; required for a log file",
+  )
+  parser.add_argument(
+    "--delta",
+    type=common.probability,
+    help="delta in (0, 1) (default: the run's; required for a log file)",
+  )
   parser.add_argument(
     "--rounds",
     type=common.positive_int,
-    default=None,
-    help="number of released rounds n (default: max round + 1, with a warning)",
+    metavar="N",
+    help="number of released rounds n (default: the run's completed rounds; for a log file, max "
+    "round + 1, with a warning)",
   )
   parser.add_argument(
     "--min-sep",
     type=common.positive_int,
-    default=None,
-    help="declared B: minimum gap between participations (|i-j| >= B)",
+    metavar="B",
+    help="declared b: minimum gap between two participations of a client, |i-j| >= b "
+    "(default: the run's declared schema)",
   )
   parser.add_argument(
     "--max-participations",
     type=common.positive_int,
-    default=None,
-    help="declared K: maximum participations per client",
+    metavar="K",
+    help="declared k: maximum participations of a client (default: the run's declared schema)",
   )
-  common.add_method_args(parser, accountant_help="accountant for the headline epsilon")
-  parser.add_argument("--json", action="store_true", help="print one JSON object")
+  common.add_method_args(
+    parser,
+    accountant_help="pld: dp_accounting's PLD accountant (pessimistic); analytic: the exact "
+    "Gaussian curve",
+  )
+  parser.add_argument(
+    "--strict",
+    action="store_true",
+    help="exit 1 unless the log complies with the declared schema (no duplicate rows either), a "
+    "privacy guarantee holds (sigma > 0, no lower-bound sensitivity) and epsilon is within "
+    "--max-epsilon: a gate for CI and production pipelines",
+  )
+  parser.add_argument(
+    "--max-epsilon",
+    type=common.positive_float,
+    metavar="EPS",
+    help="the privacy budget: reported, drawn on the report's epsilon curve, and checked by --strict",
+  )
+  parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
   parser.add_argument(
     "--report",
     metavar="DIR",
-    default=None,
-    help="write report.md, report.html, audit.json and plots into DIR",
+    help="write report.html (self-contained, with plots), report.md, audit.json, "
+    "epsilon_curve.csv and the PNG plots into DIR",
+  )
+  parser.add_argument(
+    "--force", action="store_true", help="overwrite a report already in the --report DIR"
   )
   parser.add_argument(
     "--max-violations",
     type=common.positive_int,
     default=10,
-    help="violations listed in the human summary",
+    metavar="M",
+    help="violations listed in the text summary (--json and the report list more)",
   )
-  parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+  parser.add_argument(
+    "--no-progress", action="store_true", help="no progress bar (shown only on a terminal)"
+  )
+  common.add_resource_args(parser)
   parser.set_defaults(func=run)
+
+
+class _Formatter(common.HelpFormatter, argparse.RawDescriptionHelpFormatter):
+  """The description as written (examples keep their lines); flags with their defaults once."""
+
+
+def _same_number(a: Optional[float], b: Optional[float]) -> bool:
+  return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
+
+
+def _resolve(args: argparse.Namespace):
+  """(log, audit keyword arguments, strategy path, notes, warnings) from the flags and the run."""
+  from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
+  from fedmf.program import run_dir  # pylint: disable=g-import-not-at-top
+
+  source = Path(args.source)
+  if not source.exists():
+    raise FedmfUserError(f"{args.source}: no such participation log or run directory")
+  if not source.is_dir():
+    missing = [
+      flag
+      for flag, value in (
+        ("--strategy", args.strategy),
+        ("--noise-multiplier", args.noise_multiplier),
+        ("--delta", args.delta),
+      )
+      if value is None
+    ]
+    if missing:
+      hint = (
+        f", or audit the run directory: fedmf audit {source.parent}"
+        if (source.parent / run_dir.PLAN_FILE).is_file()
+        else ""
+      )
+      raise FedmfUserError(
+        f"auditing a log file needs {', '.join(missing)}{hint} (see fedmf audit --help)"
+      )
+    return (
+      str(source),
+      dict(
+        strategy=args.strategy,
+        noise_multiplier=args.noise_multiplier,
+        delta=args.delta,
+        rounds=args.rounds,
+        min_sep=args.min_sep,
+        max_participations=args.max_participations,
+      ),
+      args.strategy,
+      (),
+      (),
+    )
+
+  run = run_dir.read_run(source)
+  warnings: list[str] = []
+
+  def pick(flag: str, given, from_run, key: str, same) -> Any:
+    """The flag's value if given (reporting a difference from the run's), else the run's."""
+    if given is None:
+      if from_run is None:
+        raise FedmfUserError(
+          f"{source} does not say its {key.replace('_', ' ')} ({run_dir.PLAN_FILE} is missing "
+          f"or has no '{key}'): pass {flag}"
+        )
+      return from_run
+    if from_run is not None and not same(given, from_run):
+      warnings.append(
+        f"{flag} {given:g} differs from the run's {from_run:g} ({run.sources.get(key, source)}): "
+        f"the audit uses {given:g}"
+      )
+    return given
+
+  sigma = pick(
+    "--noise-multiplier",
+    args.noise_multiplier,
+    run.noise_multiplier,
+    "noise_multiplier",
+    _same_number,
+  )
+  delta = pick("--delta", args.delta, run.delta, "delta", _same_number)
+  rounds = args.rounds if args.rounds is not None else run.rounds
+  if args.rounds is not None and run.rounds is not None and args.rounds != run.rounds:
+    warnings.append(
+      f"--rounds {args.rounds} differs from the run's {run.rounds} ({run.rounds_source}): "
+      f"the audit uses {args.rounds}"
+    )
+  min_sep, max_participations = run.min_sep, run.max_participations
+  for flag, given, from_run in (
+    ("--min-sep", args.min_sep, run.min_sep),
+    ("--max-participations", args.max_participations, run.max_participations),
+  ):
+    if given is not None and from_run is not None and given != from_run:
+      warnings.append(
+        f"{flag} {given} differs from the run's declared {from_run} ({run_dir.PLAN_FILE}): the "
+        f"audit uses {given}"
+      )
+  if args.min_sep is not None or args.max_participations is not None:
+    # A declaration given on the command line replaces the run's as a whole.
+    min_sep, max_participations = args.min_sep, args.max_participations
+  if args.strategy is not None:
+    strategy_path = args.strategy
+    if run.strategy is not None:
+      given, own = strategies.load_strategy(args.strategy), strategies.load_strategy(run.strategy)
+      if given.to_dict() != own.to_dict():
+        warnings.append(
+          f"--strategy {args.strategy} ({given.describe()}) differs from the run's "
+          f"{run.strategy} ({own.describe()}): the audit uses {args.strategy}"
+        )
+  elif run.strategy is not None:
+    strategy_path = str(run.strategy)
+  else:
+    raise FedmfUserError(
+      f"{source} has no {run_dir.STRATEGY_FILE} (runs from before it was saved): pass --strategy"
+    )
+  notes = (f"settings read from the run directory {source}",) + run.notes
+  return (
+    str(run.log),
+    dict(
+      strategy=strategy_path,
+      noise_multiplier=sigma,
+      delta=delta,
+      rounds=rounds,
+      min_sep=min_sep,
+      max_participations=max_participations,
+    ),
+    strategy_path,
+    notes,
+    tuple(warnings),
+  )
 
 
 def run(args: argparse.Namespace) -> int:
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
 
+  # Everything that can be refused is refused before the log is read.
   if args.report is not None:
-    common.check_writable(args.report.rstrip("/") + "/report.md") if _exists_dir(
-      args.report
-    ) else common.check_writable(args.report)
+    common.check_output_dir(args.report, "--report", report_lib.REPORT_FILES, force=args.force)
+  log, settings, strategy_path, notes, mismatches = _resolve(args)
   progress = not args.no_progress and sys.stderr.isatty()
+  run_dir_path = args.source if os.path.isdir(args.source) else None
   result = audit.audit_log(
-    args.log,
-    args.strategy,
-    args.noise_multiplier,
-    args.delta,
-    rounds=args.rounds,
-    min_sep=args.min_sep,
-    max_participations=args.max_participations,
+    log,
+    **settings,
     method=args.sensitivity,
     accountant=args.accountant,
     curve=args.report is not None,
     progress=progress,
+    max_epsilon=args.max_epsilon,
+    notes=notes,
   )
+  if mismatches:  # Reported with the audit's own warnings (summary, --json, report).
+    result = dataclasses.replace(result, warnings=mismatches + result.warnings)
+  paths = None
   if args.report is not None:
-    from fedmf.privacy import report  # pylint: disable=g-import-not-at-top
-
-    paths = report.write_report(result, args.report, strategy_path=args.strategy)
+    paths = report_lib.write_report(
+      result, args.report, strategy_path=strategy_path, run_dir=run_dir_path
+    )
+  verdict = result.verdict()
   if args.json:
     print(json.dumps(result.to_dict()))
-  else:
-    print(audit.format_summary(result, max_violations=args.max_violations))
-    if args.report is not None:
-      print(f"report: {paths['markdown']}")
-  if args.json:
     for w in result.warnings:
       print(f"fedmf audit: warning: {w}", file=sys.stderr)
+  else:
+    print(audit.format_summary(result, max_violations=args.max_violations))
+    if paths is not None:
+      print(f"report: {paths['html']}")
+  if args.strict and not verdict.passed:
+    print(f"fedmf audit: strict: FAILED: {'; '.join(verdict.failures)}", file=sys.stderr)
+    return 1
+  if args.strict:
+    print("fedmf audit: strict: passed", file=sys.stderr)
   return 0
-
-
-def _exists_dir(path: str) -> bool:
-  import os  # pylint: disable=g-import-not-at-top
-
-  return os.path.isdir(path)

@@ -16,6 +16,37 @@ def _show(text: str, limit: int = 40) -> str:
   return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+  """Adds "(default: X)" to a flag's help once, and only when X says something.
+
+  Not for None or False defaults (a flag that is off, a value that is absent), nor when the help
+  already names its default in words.
+  """
+
+  def _get_help_string(self, action):
+    text = action.help or ""
+    default = action.default
+    if (
+      "default" in text
+      or default is None
+      or isinstance(default, bool)
+      or default is argparse.SUPPRESS
+      or not action.option_strings
+      or default == []
+    ):
+      return text
+    return text + " (default: %(default)s)"
+
+
+# The noise multiplier's convention, shared by every --help that takes one (docs/noise-multiplier.md).
+SIGMA_HELP = (
+  "sigma, applied to C as loaded: the sum of clipped updates gets clip * sigma * [C^-1 z]_t. "
+  "TFF's DifferentiallyPrivateFactory.gaussian_fixed and tree_aggregation use the same sigma; a "
+  "jax_privacy BandMFConfig noise_multiplier is relative to C scaled to unit max column norm, so "
+  "multiply it by C's max column norm (docs/noise-multiplier.md)"
+)
+
+
 def positive_int(text: str) -> int:
   try:
     value = int(text)
@@ -36,6 +67,17 @@ def positive_float(text: str) -> float:
   return value
 
 
+def non_negative_float(text: str) -> float:
+  """A finite number >= 0 (a noise multiplier where 0 means no DP)."""
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a number >= 0, got {_show(text)}") from None
+  if not math.isfinite(value) or value < 0:
+    raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {_show(text)}")
+  return value
+
+
 def probability(text: str) -> float:
   """A δ: strictly between 0 and 1."""
   try:
@@ -48,17 +90,21 @@ def probability(text: str) -> float:
 
 
 def add_participation_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-  parser.add_argument("--n", type=positive_int, required=required, help="number of rounds n")
+  parser.add_argument(
+    "--n", type=positive_int, required=required, metavar="N", help="number of rounds n"
+  )
   parser.add_argument(
     "--min-sep",
     type=positive_int,
     required=required,
+    metavar="B",
     help="b: minimum gap between two participations of one client (gap convention, |i-j| >= b)",
   )
   parser.add_argument(
     "--max-participations",
     type=positive_int,
     required=required,
+    metavar="K",
     help="k: maximum participations of one client",
   )
 
@@ -118,14 +164,14 @@ def add_resource_args(parser: argparse.ArgumentParser) -> None:
     type=gib,
     default=None,
     metavar="GIB",
-    help="refuse work whose estimated peak memory exceeds this many GiB (default 4)",
+    help="refuse work whose estimated peak memory exceeds this many GiB (default: 4)",
   )
   parser.add_argument(
     "--max-seconds",
     type=positive_float,
     default=None,
     metavar="S",
-    help="refuse work whose estimated time exceeds this many seconds (default 120)",
+    help="refuse work whose estimated time exceeds this many seconds (default: 120)",
   )
 
 
@@ -135,13 +181,35 @@ def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None
     "--sensitivity",
     choices=("auto", "upper-bound", "lower-bound"),
     default="auto",
-    help="auto: exact where a theorem applies, else a valid upper bound; lower-bound is BLT Remark "
-    "3.2 and is labelled as such",
+    help="auto: exact where a theorem applies, else a valid upper bound; upper-bound: the general "
+    "bound (BandMF Eq. 5); lower-bound: BLT Remark 3.2, labelled as such (no guarantee)",
   )
   if accountant_help is not None:
     parser.add_argument(
       "--accountant", choices=("pld", "analytic"), default="pld", help=accountant_help
     )
+
+
+def check_output_dir(path: str, flag: str, names: tuple[str, ...], force: bool = False) -> None:
+  """Fails early, before long work, unless directory `path` (the value of `flag`) can receive files
+  `names`: refuses a file, a directory already holding one of them without --force (a finished
+  result is not overwritten by accident), and a directory that can be neither used nor created.
+  """
+  try:
+    target = Path(path)
+    exists, is_dir = target.exists(), target.is_dir()
+  except (OSError, ValueError) as e:
+    raise FedmfUserError(f"{flag} {path!r}: {e}") from None
+  if exists and not is_dir:
+    raise FedmfUserError(f"{flag} {path} is a file; give a directory")
+  if is_dir and not force:
+    found = [name for name in names if (target / name).exists()]
+    if found:
+      raise FedmfUserError(
+        f"{flag} {path} already holds a report ({found[0]}); pass --force to overwrite it, or "
+        "choose another directory"
+      )
+  check_creatable_dir(path)
 
 
 def check_creatable_dir(path: str) -> None:

@@ -21,6 +21,7 @@ import signal
 import sys
 
 from fedmf import __version__
+from fedmf.cli import quiet
 from fedmf.errors import FedmfUserError
 from fedmf.mf import resources
 
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
   finally:
     if previous is not None:
       signal.signal(signal.SIGTERM, previous)
+    quiet.silence_tff_service_manager()
 
 
 if __name__ == "__main__":

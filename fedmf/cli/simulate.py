@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from fedmf.cli import common
+from fedmf.cli import quiet
 
 DESCRIPTION = """\
 Simulate differentially private federated training (the papers' FedSGDM as TFF computations) with a
 correlated-noise mechanism under a realistic participation model, then audit the participation log
 the run wrote. Outputs in OUT: config.json, plan.json, participation.csv, metrics.csv, tensorboard/,
-audit.json, report.html and summary.json.
+strategy.json, audit.json, report.html (the audit, with plots) and summary.json; `fedmf audit OUT`
+audits the run again from these files.
 
 Config keys (YAML; see docs/simulation.md): task (synthetic | stackoverflow), num_clients, model
 (lstm-small | lstm-paper), vocab_size, rounds, clients_per_round, mechanism (dpsgd | tree | bandmf |
 blt), bands, strategy (a strategy file; replaces mechanism), target_epsilon, noise_multiplier (sigma
-applied to C as loaded, the accountant's convention: the sum gets clip_norm * sigma * [C^-1 z]_t;
-0 trains without DP), delta, seed, noise_seed, reference_clients_per_round (the papers' cheap
+applied to C as loaded: the sum gets clip_norm * sigma * [C^-1 z]_t, as TFF's gaussian_fixed and
+tree_aggregation noise_multiplier; see docs/noise-multiplier.md for jax_privacy's; 0 trains without
+DP, a baseline whose outputs say "no privacy guarantee"), delta, seed, noise_seed, reference_clients_per_round (the papers' cheap
 simulation: sigma is scaled so the noise on the mean matches that cohort), participation.model
 (timer | epoch_shuffle | uniform | cyclic_poisson), participation.timer_unit (rounds | hours),
 participation.min_sep, participation.timer_hours, participation.early_checkin_rate,
@@ -84,11 +88,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from fedmf.program import loop  # pylint: disable=g-import-not-at-top
+  config = load(args)  # Validated (the strategy file included) before TensorFlow is imported.
+  common.check_creatable_dir(args.out)
+  quiet.import_tensorflow_quietly()
   from fedmf.program.simulate import run_simulation  # pylint: disable=g-import-not-at-top
 
-  config = load(args)
-  common.check_creatable_dir(args.out)
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
   summary = run_simulation(
     config, args.out, progress=not args.no_progress, force=args.force, log=log
@@ -97,27 +101,62 @@ def run(args: argparse.Namespace) -> int:
     json.dump(summary, sys.stdout, default=str)
     print()
     return 0
+  for line in summary_lines(summary, args.out):
+    print(line)
+  return 0
+
+
+def _epsilon(value: Any) -> str:
+  if not isinstance(value, (int, float)):
+    return "unknown"
+  return "inf" if math.isinf(value) else f"{value:.3g}"
+
+
+def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
+  """The end-of-run summary in words: every number once, every artifact once, no None."""
   a = summary["audit"]
-  print(
-    f"simulated {summary['rounds_completed']} rounds of DP FedAvg ({summary['strategy']}, "
+  dp = "DP FedAvg" if summary["noise_multiplier"] else "FedAvg without DP"
+  lines = [
+    f"simulated {summary['rounds_completed']} rounds of {dp} ({summary['strategy']}, "
     f"{summary['clients_per_round']} of {summary['num_clients']} clients per round) in "
     f"{summary['seconds']:.1f} s"
+  ]
+  final = summary.get("final_test_accuracy")
+  accuracy = f"{summary['initial_test_accuracy']:.4f} -> " + (
+    f"{final:.4f}" if final is not None else "not evaluated"
   )
-  print(
-    f"  test accuracy        {summary['initial_test_accuracy']:.4f} -> "
-    f"{summary['final_test_accuracy']:.4f}  ({summary['accuracy_note']})"
-  )
-  print(f"  noise multiplier     {summary['noise_multiplier']:.6g}")
-  print(
-    f"  realized b, k        {a['observed_min_sep'] if a['observed_min_sep'] is not None else 'none (single participation)'}, "
+  lines.append(f"  test accuracy        {accuracy} ({summary['accuracy_note']})")
+  sigma = summary["noise_multiplier"]
+  if not sigma:
+    lines.append("  noise multiplier     0 (no DP: a baseline for comparison)")
+  elif summary.get("training_noise_multiplier") not in (None, sigma):
+    lines.append(
+      f"  noise multiplier     {sigma:.6g} (training used {summary['training_noise_multiplier']:.4g}: "
+      "cheap simulation, see report.html)"
+    )
+  else:
+    lines.append(f"  noise multiplier     {sigma:.6g}")
+  b = a["observed_min_sep"]
+  lines.append(
+    f"  realized b, k        {b if b is not None else 'none (single participation)'}, "
     f"{a['observed_max_participations']}"
   )
-  print(
-    f"  privacy (audit)      epsilon {loop.format_epsilon(a['epsilon'])} at delta {a['delta']:g}"
+  if a.get("privacy_guarantee") is False and not sigma:
+    lines.append("  privacy (audit)      no privacy guarantee (noise multiplier 0)")
+  elif a.get("privacy_guarantee") is False:
+    lines.append(
+      f"  privacy (audit)      no privacy guarantee (epsilon {_epsilon(a['epsilon'])} "
+      "rests on a lower-bound sensitivity)"
+    )
+  else:
+    lines.append(f"  privacy (audit)      epsilon {_epsilon(a['epsilon'])} at delta {a['delta']:g}")
+  lines.append(f"  check-ins refused    {summary['refused_checkins']}")
+  lines.append(f"  violations           {summary['violations']}")
+  report = Path(out) / "report.html"
+  if report.is_file():
+    lines.append(f"  report               {report}")
+  lines.append(
+    f"  outputs              {out} (summary.json, metrics.csv, participation.csv, strategy.json, "
+    "audit.json)"
   )
-  print(f"  check-ins refused    {summary['refused_checkins']}")
-  print(f"  violations           {summary['violations']}")
-  print(
-    f"  outputs              {args.out} (report.html, summary.json, metrics.csv, participation.csv)"
-  )
-  return 0
+  return lines

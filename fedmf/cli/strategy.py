@@ -34,9 +34,15 @@ def add_parser(subparsers: Any) -> None:
     help="optimize a strategy and write it as JSON",
     description="Optimize a strategy for n rounds under b-min-separation with at most k participations, "
     "for the prefix-sum workload, and write it as a strategy JSON file.",
-    formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    formatter_class=common.HelpFormatter,
   )
-  opt.add_argument("--mechanism", required=True, choices=MECHANISM_CHOICES)
+  opt.add_argument(
+    "--mechanism",
+    required=True,
+    choices=MECHANISM_CHOICES,
+    help="dpsgd: independent noise; tree: TreeAgg; bandmf: banded MF (BandMF); band-toeplitz: "
+    "banded Toeplitz (Scaling BandMF); blt: buffered linear Toeplitz (BLT)",
+  )
   common.add_participation_args(opt)
   opt.add_argument(
     "--bands",
@@ -60,6 +66,9 @@ def add_parser(subparsers: Any) -> None:
     "--tree-variant",
     choices=("vanilla", "online-honaker", "full-honaker"),
     default="online-honaker",
+    help="tree decoding: vanilla dyadic sums; online-honaker, tensorflow_privacy's efficient tree; "
+    "full-honaker (Honaker 2015) cannot drive training (its decoder needs future rounds) and is "
+    "for evaluation only",
   )
   opt.add_argument(
     "--column-normalize",
@@ -67,16 +76,22 @@ def add_parser(subparsers: Any) -> None:
     help="band-toeplitz: store the strategy as column-normalized (Scaling BandMF §3.1)",
   )
   opt.add_argument(
-    "--max-iter", type=common.positive_int, default=None, help="optimizer iteration budget"
+    "--max-iter",
+    type=common.positive_int,
+    default=None,
+    metavar="N",
+    help="optimizer iteration budget (default: the optimizer's own)",
   )
   opt.add_argument(
     "--seed", type=common.seed, default=0, help="seed for multi-start optimizers, in [0, 2^64)"
   )
-  opt.add_argument("--out", required=True, help="output strategy JSON file")
+  opt.add_argument("--out", required=True, metavar="FILE.json", help="output strategy JSON file")
   opt.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   common.add_resource_args(opt)
   opt.add_argument("--json", action="store_true", help="print the evaluation of the result as JSON")
-  opt.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+  opt.add_argument(
+    "--no-progress", action="store_true", help="no progress bar (shown only on a terminal)"
+  )
   opt.set_defaults(func=run_optimize)
 
   ev = sub.add_parser(
@@ -84,8 +99,9 @@ def add_parser(subparsers: Any) -> None:
     help="sensitivity, error and loss of a strategy file",
     description="Evaluate a strategy file: sensitivity (and how it was obtained), MaxError, RmsError, "
     "MaxLoss and RmsLoss for the prefix-sum workload (or --workload).",
+    formatter_class=common.HelpFormatter,
   )
-  ev.add_argument("strategy", metavar="FILE.json")
+  ev.add_argument("strategy", metavar="FILE.json", help="strategy file")
   common.add_participation_args(ev)
   common.add_method_args(ev)
   ev.add_argument(
@@ -98,7 +114,9 @@ def add_parser(subparsers: Any) -> None:
     "--noise-multiplier",
     type=common.positive_float,
     default=None,
-    help="also report the RMSE at this noise multiplier (applied to C as loaded)",
+    metavar="SIGMA",
+    help="also report the RMSE at this noise multiplier (applied to C as loaded; see "
+    "docs/noise-multiplier.md)",
   )
   ev.add_argument("--json", action="store_true", help="print one JSON object")
   common.add_resource_args(ev)
@@ -215,8 +233,8 @@ def run_optimize(args: argparse.Namespace) -> int:
     mechanism.optimize_cost(schema, options), f"optimizing {args.mechanism} at n={args.n}"
   )
   total = args.max_iter if args.mechanism == "bandmf" else None
-  bar = _Progress(
-    not args.no_progress and args.mechanism not in ("dpsgd", "tree"),
+  bar = _Progress(  # A bar redraws its line with \r: only on a terminal.
+    not args.no_progress and args.mechanism not in ("dpsgd", "tree") and sys.stderr.isatty(),
     total,
     f"optimize {args.mechanism}",
   )

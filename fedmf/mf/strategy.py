@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import math
 import numbers
 from typing import Any, Callable, ClassVar, Mapping, Optional
@@ -49,10 +50,16 @@ MAX_ROUNDS = 2**63 - 1
 
 
 def short_repr(value: Any, limit: int = 40) -> str:
-  """repr(value), shortened for huge integers and long containers so a message stays one short line."""
+  """A value as the user wrote it, in one short line: JSON's null/true/false and lists as in the
+  file (never Python's None), shortened for huge integers and long containers."""
   if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
     return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
   text = repr(value)
+  if value is None or isinstance(value, (bool, list, tuple, dict)):
+    try:
+      text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):  # not JSON (a set, a deep list): as Python
+      pass
   text = " ".join(text.split())  # one line
   return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import numbers
 import os
 from typing import Any, Optional
 
@@ -33,6 +35,7 @@ from fedmf.privacy import accounting
 from fedmf.privacy import curve as curve_lib
 from fedmf.privacy import participation_log
 from fedmf.errors import FedmfUserError
+from fedmf.mf import resources
 from fedmf.mf.schema import ParticipationSchema
 
 logger = logging.getLogger(__name__)
@@ -224,6 +227,8 @@ class LogStatistics:
 
 @dataclasses.dataclass(frozen=True)
 class DeclaredClaim:
+  """The claim of the declared schema: what the run promised, which holds only if the log complies."""
+
   min_sep: Optional[int]
   max_participations: Optional[int]
   accounting: accounting.GaussianAccounting
@@ -242,8 +247,53 @@ class DeclaredClaim:
 
 
 @dataclasses.dataclass(frozen=True)
+class Verdict:
+  """The one privacy statement a log supports, and what a strict audit checks.
+
+  Attributes:
+    guarantee: True when an (ε, δ) guarantee holds (for every client but ``uncovered_clients``).
+    statement: That statement in one paragraph, derived from the log: the realized participation,
+      never a declared schema the log violates.
+    declared_holds: Whether the log complies with the declared schema (None: nothing declared).
+    violating_clients: Clients violating the declared min-sep or max participations.
+    uncovered_clients: Clients with duplicate (round, client_id) rows: no claim covers them.
+    failures: Why ``fedmf audit --strict`` fails, one short phrase each (empty: it passes).
+  """
+
+  guarantee: bool
+  statement: str
+  declared_holds: Optional[bool]
+  violating_clients: int
+  uncovered_clients: int
+  failures: tuple[str, ...]
+
+  @property
+  def passed(self) -> bool:
+    return not self.failures
+
+
+def _realized_in_words(b: Optional[int], k: int, n: int) -> str:
+  if b is None or k <= 1:
+    return f"each client in at most one of the n = {n} rounds"
+  return f"min-separation b = {b} and at most k = {k} participations per client over n = {n} rounds"
+
+
+def _declared_in_words(min_sep: Optional[int], max_participations: Optional[int]) -> str:
+  parts = []
+  if min_sep is not None:
+    parts.append(f"b >= {min_sep}")
+  if max_participations is not None:
+    parts.append(f"k <= {max_participations}")
+  return ", ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
 class AuditResult:
-  """Everything the auditor computes; ``to_dict()`` is the ``--json`` object."""
+  """Everything the auditor computes; ``to_dict()`` is the ``--json`` object.
+
+  ``max_epsilon`` is the budget a strict audit checks the realized ε against (None: no budget);
+  ``notes`` say where the inputs came from and what the run was (e.g. a cheap simulation).
+  """
 
   log: str
   strategy: dict[str, Any]
@@ -255,17 +305,91 @@ class AuditResult:
   declared: Optional[DeclaredClaim]
   warnings: tuple[str, ...]
   curve: Optional[curve_lib.EpsilonCurve] = None
+  max_epsilon: Optional[float] = None
+  notes: tuple[str, ...] = ()
 
   @property
   def claim_covers_all_clients(self) -> bool:
     return self.stats.duplicate_rows == 0
 
+  @property
+  def no_noise(self) -> bool:
+    """σ = 0: trained without DP, so no ε holds."""
+    return self.realized.noise_multiplier == 0
+
   def violation_counts(self) -> dict[str, int]:
     return self.violations.counts()
+
+  def verdict(self) -> Verdict:
+    """The privacy statement the log supports (see ``Verdict``)."""
+    s = self.stats
+    a = self.realized
+    counts = self.violation_counts()
+    violating = counts["min-sep"] + counts["max-participations"]
+    uncovered = counts["duplicate"]
+    declared_holds = None if self.declared is None else violating == 0
+    realized = _realized_in_words(s.observed_min_sep, s.observed_max_participations, self.rounds)
+    failures = []
+    if violating:
+      failures.append(f"{violating} clients violate the declared schema")
+    if uncovered:
+      failures.append(f"{uncovered} clients have duplicate (round, client_id) rows")
+    if self.no_noise:
+      guarantee = False
+      statement = (
+        "No privacy guarantee: the noise multiplier is 0, so the run was trained without "
+        "differential privacy and no epsilon holds for any client."
+      )
+      failures.append("no privacy guarantee (noise multiplier 0)")
+    elif a.sensitivity_method == "lower-bound":
+      guarantee = False
+      statement = (
+        f"No privacy guarantee: the sensitivity is only a lower bound, so epsilon "
+        f"{a.epsilon:.4g} is optimistic, not a guarantee (audit with --sensitivity auto)."
+      )
+      failures.append("no privacy guarantee (the sensitivity is a lower bound)")
+    else:
+      guarantee = True
+      who = (
+        "every client in the log"
+        if not uncovered
+        else f"every client in the log except the {uncovered} clients with duplicate "
+        "(round, client_id) rows, whose update may have been summed twice in a round: no claim "
+        "holds for them"
+      )
+      statement = (
+        f"({a.epsilon:.4g}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
+        f"under the participation the log shows: {realized}."
+      )
+      if self.declared is not None:
+        declared = _declared_in_words(self.declared.min_sep, self.declared.max_participations)
+        if violating:
+          statement = (
+            f"The log VIOLATES the declared schema ({declared}): {violating} clients "
+            f"({counts['min-sep']} below the min-separation, {counts['max-participations']} "
+            f"above the max participations). The declared epsilon "
+            f"{self.declared.accounting.epsilon:.4g} does NOT hold. What holds is {statement}"
+          )
+        else:
+          statement += (
+            f" It complies with the declared schema ({declared}), whose epsilon "
+            f"{self.declared.accounting.epsilon:.4g} holds too."
+          )
+    if self.max_epsilon is not None and guarantee and a.epsilon > self.max_epsilon:
+      failures.append(f"epsilon {a.epsilon:.4g} exceeds --max-epsilon {self.max_epsilon:g}")
+    return Verdict(
+      guarantee=guarantee,
+      statement=statement,
+      declared_holds=declared_holds,
+      violating_clients=violating,
+      uncovered_clients=uncovered,
+      failures=tuple(failures),
+    )
 
   def to_dict(self) -> dict[str, Any]:
     s = self.stats
     a = self.realized
+    v = self.verdict()
     return {
       "log": self.log,
       "strategy": self.strategy,
@@ -288,6 +412,11 @@ class AuditResult:
       # "violation_counts" counts them all.
       "violations_truncated": self.violations.truncated,
       "claim_covers_all_clients": self.claim_covers_all_clients,
+      # The one statement the log supports (docs: the realized participation, never a declared
+      # schema it violates); "epsilon" and "rho" are infinite when there is no guarantee (σ = 0).
+      "privacy_guarantee": v.guarantee,
+      "statement": v.statement,
+      "declared_holds": v.declared_holds,
       "sensitivity": a.sensitivity,
       "sensitivity_method": a.sensitivity_method,
       "sensitivity_algorithm": a.sensitivity_algorithm,
@@ -297,12 +426,48 @@ class AuditResult:
       "noise_multiplier": a.noise_multiplier,
       "accountant": a.accountant,
       "declared": self.declared.to_dict() if self.declared else None,
+      "max_epsilon": self.max_epsilon,
+      "strict": {"passed": v.passed, "failures": list(v.failures)},
+      "notes": list(self.notes),
       "warnings": list(self.warnings),
     }
 
 
 # ---------------------------------------------------------------------------------------------------
 # Statistics.
+
+
+# Per-round memory of the statistics of a log not in round order (``_sorted_log_statistics``: the
+# least gap and most participations at each round, their running min/max, temporaries), and of the
+# ε curve (b_r, k_r, sensitivities, methods, ρ, ε and the temporaries of the Gaussian curve).
+_SORTED_BYTES_PER_ROUND = 48
+_CURVE_BYTES_PER_ROUND = 160
+# The curve walks its rounds in Python (methods, the CSV lines of the report): about 3 steps a round.
+_CURVE_STEPS_PER_ROUND = 3
+
+
+def _check_round_statistics(num_rounds: int) -> None:
+  """Refuses per-round statistics over ``num_rounds`` rounds beyond --max-memory/--max-seconds."""
+  resources.check(
+    resources.Cost.of(
+      f"per-round statistics of {num_rounds:,} rounds",
+      _SORTED_BYTES_PER_ROUND * float(num_rounds),
+      6.0 * num_rounds / resources.VECTOR_RATE,
+    ),
+    f"auditing a log whose largest round is {num_rounds - 1:,} (a timestamp instead of a round?)",
+  )
+
+
+def _check_curve(num_rounds: int) -> None:
+  """Refuses the per-round ε curve of the report over ``num_rounds`` rounds beyond the limits."""
+  resources.check(
+    resources.Cost.of(
+      f"the per-round epsilon curve of {num_rounds:,} rounds",
+      _CURVE_BYTES_PER_ROUND * float(num_rounds),
+      _CURVE_STEPS_PER_ROUND * num_rounds / resources.PYTHON_RATE,
+    ),
+    f"the report's epsilon curve over n = {num_rounds:,} rounds",
+  )
 
 
 def _sorted_keys(
@@ -337,6 +502,7 @@ def _sorted_log_statistics(
     raise participation_log.ParticipationLogError("empty log (no participation rows)")
   max_round = int(rounds.max())
   R = max_round + 1
+  _check_round_statistics(R)
   # The key space must cover every code (codes < num_clients for ParticipationArrays).
   code_space = max(int(num_clients), int(codes.max()) + 1)
   if code_space * R >= 2**62:
@@ -542,6 +708,8 @@ class LogScan:
     if rounds[0] < 0:
       raise participation_log.ParticipationLogError(f"negative round {int(rounds[0])}")
     if rounds[0] < self._max_round or rounds[-1] > MAX_ROUND:
+      if rounds[-1] > MAX_ROUND:  # The sorted path allocates per round: refuse it now if too big.
+        _check_round_statistics(int(rounds[-1]) + 1)
       raise _NotRoundOrdered()
     self._reserve(
       int(codes.max()) + 1 if num_codes is None else int(num_codes), int(rounds[-1]) + 1
@@ -927,7 +1095,21 @@ def _pld_grid_points(mu: float) -> float:
 def _account(
   sens: Any, sigma: float, delta: float, accountant: str, label: str, warnings: list[str]
 ) -> accounting.GaussianAccounting:
-  """ρ and ε of a claim with known sensitivity; the analytic curve when PLD would not fit."""
+  """ρ and ε of a claim with known sensitivity; the analytic curve when PLD would not fit.
+
+  σ = 0 (trained without DP) has no guarantee: ρ = ε = inf, accountant 'none'.
+  """
+  if sigma == 0:
+    return accounting.GaussianAccounting(
+      sensitivity=sens.value,
+      sensitivity_method=sens.method,
+      sensitivity_algorithm=sens.algorithm,
+      noise_multiplier=0.0,
+      rho=math.inf,
+      epsilon=math.inf,
+      delta=delta,
+      accountant="none",
+    )
   if accountant == "pld" and sens.value > 0:
     points = _pld_grid_points(sens.value / sigma)
     if points > _PLD_MAX_POINTS:
@@ -961,6 +1143,8 @@ def _audit(
   accountant: str,
   curve: bool,
   log_name: str,
+  max_epsilon: Optional[float] = None,
+  notes: tuple[str, ...] = (),
 ) -> AuditResult:
   """The claims a log's statistics support (the accounting half of ``audit_log``)."""
   warnings: list[str] = []
@@ -979,11 +1163,15 @@ def _audit(
         f"the log has a participation in round {stats.max_round}, but --rounds is {n}"
       )
   strategy.check_horizon(n)
+  if curve and sigma > 0:
+    _check_curve(n)
   if stats.duplicate_rows:
     warnings.append(
       f"{stats.duplicate_rows} duplicate (round, client_id) rows: those clients' updates may have "
       "been summed twice, and the claim does not cover them"
     )
+  if sigma == 0:
+    warnings.append("noise multiplier 0: trained without DP, so no privacy guarantee holds")
   # One sensitivity evaluation per distinct (rounds, b, k): the realized claim is also the ε curve's
   # last point.
   sensitivities: dict[tuple[int, Optional[int], int], Any] = {}
@@ -1023,7 +1211,7 @@ def _audit(
     if acc is not None and acc.sensitivity_method == "lower-bound":
       warnings.append(f"the {label} sensitivity is a LOWER bound: the epsilon is not a guarantee")
   eps_curve = None
-  if curve:
+  if curve and sigma > 0:  # Without noise there is no ε to follow.
     b_r = np.full(n, -1, dtype=np.int64)
     k_r = np.zeros(n, dtype=np.int64)
     m = min(n, stats.prefix_min_sep.shape[0])
@@ -1049,28 +1237,59 @@ def _audit(
     declared=declared,
     warnings=tuple(warnings),
     curve=eps_curve,
+    max_epsilon=max_epsilon,
+    notes=tuple(notes),
   )
+
+
+def validate_audit_noise_multiplier(noise_multiplier: Any) -> float:
+  """σ >= 0: 0 is a run without DP (audited for its participation, with no guarantee)."""
+  if (
+    isinstance(noise_multiplier, numbers.Real)
+    and not isinstance(noise_multiplier, bool)
+    and noise_multiplier == 0
+  ):
+    return 0.0
+  return accounting.validate_noise_multiplier(noise_multiplier)
 
 
 def _validated(
-  strategy: Any, noise_multiplier: float, delta: float, rounds, min_sep, max_participations
+  strategy: Any,
+  noise_multiplier: float,
+  delta: float,
+  rounds,
+  min_sep,
+  max_participations,
+  *,
+  method: str = "auto",
+  curve: bool = False,
+  max_epsilon: Optional[float] = None,
 ):
+  """The cheap arguments, validated (and the per-round work estimated) before a log is read."""
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
 
-  sigma = accounting.validate_noise_multiplier(noise_multiplier)
+  sigma = validate_audit_noise_multiplier(noise_multiplier)
   delta = accounting.validate_delta(delta)
   strategy = strategies.load_strategy(strategy)
   rounds = _positive_int_or_none(rounds, "--rounds")
+  min_sep = _positive_int_or_none(min_sep, "--min-sep")
+  max_participations = _positive_int_or_none(max_participations, "--max-participations")
+  if max_epsilon is not None and not (
+    isinstance(max_epsilon, numbers.Real) and math.isfinite(max_epsilon) and max_epsilon > 0
+  ):
+    raise FedmfUserError(f"--max-epsilon must be a finite number > 0, got {max_epsilon!r}")
   if rounds is not None:
     strategy.check_horizon(rounds)
-  return (
-    strategy,
-    sigma,
-    delta,
-    rounds,
-    _positive_int_or_none(min_sep, "--min-sep"),
-    _positive_int_or_none(max_participations, "--max-participations"),
-  )
+    if curve and sigma > 0:
+      _check_curve(rounds)
+    if min_sep is not None or max_participations is not None:
+      # The declared claim's sensitivity is known before the log is read: refuse it now if too big.
+      schema = ParticipationSchema(rounds, min_sep, max_participations)
+      resources.check(
+        strategy.sensitivity_cost(schema, method),
+        f"the sensitivity of {strategy.describe()} at n={rounds}",
+      )
+  return strategy, sigma, delta, rounds, min_sep, max_participations
 
 
 def audit_arrays(
@@ -1087,10 +1306,20 @@ def audit_arrays(
   curve: bool = True,
   log_name: str = "",
   violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
+  max_epsilon: Optional[float] = None,
+  notes: tuple[str, ...] = (),
 ) -> AuditResult:
   """Audits a log already in memory as ``ParticipationArrays`` (see ``audit_log``)."""
   strategy, sigma, delta, rounds, min_sep, max_participations = _validated(
-    strategy, noise_multiplier, delta, rounds, min_sep, max_participations
+    strategy,
+    noise_multiplier,
+    delta,
+    rounds,
+    min_sep,
+    max_participations,
+    method=method,
+    curve=curve,
+    max_epsilon=max_epsilon,
   )
   stats, violations = log_statistics(
     arrays.rounds,
@@ -1114,6 +1343,8 @@ def audit_arrays(
     accountant=accountant,
     curve=curve,
     log_name=log_name,
+    max_epsilon=max_epsilon,
+    notes=notes,
   )
 
 
@@ -1160,10 +1391,10 @@ def scan_log(
       arrays.client_ids,
     )
     return stats, table.limited(violation_limit)
-  except participation_log.ParticipationLogError as e:
+  except FedmfUserError as e:
     if str(e).startswith(path):
       raise
-    raise participation_log.ParticipationLogError(f"{path}: {e}") from None
+    raise type(e)(f"{path}: {e}") from None
 
 
 def audit_log(
@@ -1180,26 +1411,39 @@ def audit_log(
   curve: bool = True,
   progress: bool = False,
   violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
+  max_epsilon: Optional[float] = None,
+  notes: tuple[str, ...] = (),
 ) -> AuditResult:
   """Audits a participation log file.
 
   Args:
     path: Log file (see ``fedmf.privacy.participation_log``).
     strategy: Strategy object, dict or JSON path.
-    noise_multiplier: σ used in training.
+    noise_multiplier: σ used in training, applied to C as loaded (docs/noise-multiplier.md); 0 for
+      a run without DP (its participation is audited; no privacy guarantee holds).
     delta: δ for ε.
     rounds: Rounds whose noisy aggregate was released; None infers max round + 1 (with a warning).
-    min_sep: Declared B (gap), optional.
-    max_participations: Declared K, optional.
+    min_sep: Declared b (gap), optional.
+    max_participations: Declared k, optional.
     method: Sensitivity method ('auto', 'upper-bound', 'lower-bound').
     accountant: 'pld' (dp_accounting) or 'analytic' for the headline ε.
-    curve: Also compute the per-round ε curve.
+    curve: Also compute the per-round ε curve (estimated first: fedmf.mf.resources).
     progress: tqdm progress on stderr while reading.
     violation_limit: List at most this many violation entries (None: all); all are counted.
+    max_epsilon: The privacy budget a strict audit checks the realized ε against.
+    notes: Where the inputs came from, shown in the report.
   """
-  # Validate the cheap arguments before reading a large log.
+  # Validate the cheap arguments (and estimate the per-round work) before reading a large log.
   strategy, sigma, delta, rounds, min_sep, max_participations = _validated(
-    strategy, noise_multiplier, delta, rounds, min_sep, max_participations
+    strategy,
+    noise_multiplier,
+    delta,
+    rounds,
+    min_sep,
+    max_participations,
+    method=method,
+    curve=curve,
+    max_epsilon=max_epsilon,
   )
   stats, violations = scan_log(
     path,
@@ -1221,40 +1465,74 @@ def audit_log(
     accountant=accountant,
     curve=curve,
     log_name=os.fspath(path),
+    max_epsilon=max_epsilon,
+    notes=notes,
   )
 
 
+def _number(value: float, digits: int = 4) -> str:
+  return "inf" if math.isinf(value) else f"{value:.{digits}g}"
+
+
 def format_summary(result: AuditResult, max_violations: int = 10) -> str:
-  """A human-readable summary (the CLI's output without --json)."""
+  """A human-readable summary (the CLI's output without --json): no Python None, one statement."""
   s = result.stats
   a = result.realized
+  v = result.verdict()
+  realized_b = (
+    str(s.observed_min_sep)
+    if s.observed_min_sep is not None
+    else "none (no client participated twice)"
+  )
   lines = [
     f"log: {result.log}",
     f"strategy: {result.strategy.get('description', result.strategy['mechanism'])}",
-    f"rounds: {result.rounds} ({result.rounds_source})",
+    f"noise multiplier: {a.noise_multiplier:.6g}" + (" (no DP)" if result.no_noise else ""),
+    f"rounds released n: {result.rounds} "
+    + ("(given)" if result.rounds_source == "given" else "(inferred: max round + 1)"),
     f"clients: {s.clients}   participations: {s.participations}   log rows: {s.log_rows}",
-    f"observed min-sep b: {s.observed_min_sep if s.observed_min_sep is not None else 'none (single participation)'}",
-    f"observed max participations k: {s.observed_max_participations}",
-    "",
-    f"realized claim (b={s.observed_min_sep}, k={s.observed_max_participations}):",
-    f"  sensitivity {a.sensitivity:.6g} ({a.sensitivity_method}, {a.sensitivity_algorithm})",
-    f"  noise multiplier {a.noise_multiplier:.6g}",
-    f"  rho-zCDP {a.rho:.6g}",
-    f"  ({a.epsilon:.6g}, {a.delta:.3g})-DP [{a.accountant}]",
+    f"realized participation: min-sep b = {realized_b}, max participations k = "
+    f"{s.observed_max_participations}",
   ]
   if result.declared is not None:
+    d = result.declared
+    holds = "the log complies" if v.declared_holds else "VIOLATED by the log"
+    lines.append(
+      f"declared participation: {_declared_in_words(d.min_sep, d.max_participations)}: {holds}"
+    )
+  lines += ["", "privacy statement:", _wrap(v.statement, "  ")]
+  if not result.no_noise:
+    lines.append(
+      f"  sensitivity {a.sensitivity:.6g} ({a.sensitivity_method}, {a.sensitivity_algorithm}); "
+      f"accountant {a.accountant}"
+    )
+  if result.declared is not None and not result.no_noise:
     d = result.declared.accounting
-    lines += [
-      f"declared claim (B={result.declared.min_sep}, K={result.declared.max_participations}):",
-      f"  sensitivity {d.sensitivity:.6g} ({d.sensitivity_method}), rho {d.rho:.6g}, "
-      f"epsilon {d.epsilon:.6g}",
-    ]
+    lines.append(
+      f"  declared claim: sensitivity {d.sensitivity:.6g} ({d.sensitivity_method}), "
+      f"epsilon {_number(d.epsilon)}" + ("" if v.declared_holds else " (does NOT hold)")
+    )
+  if result.max_epsilon is not None:
+    if not v.guarantee:
+      budget = "no epsilon holds"
+    elif a.epsilon <= result.max_epsilon:
+      budget = "within budget"
+    else:
+      budget = "EXCEEDS the budget"
+    lines.append(
+      f"budget: epsilon {_number(a.epsilon)} vs --max-epsilon {result.max_epsilon:g}: {budget}"
+    )
   counts = result.violation_counts()
   lines.append("")
-  lines.append("violations: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-  for v in result.violations[:max_violations]:
-    shown = ", ".join(map(str, v.rounds[:12])) + (", ..." if len(v.rounds) > 12 else "")
-    lines.append(f"  {v.reason:<18} client {v.client_id}: rounds {shown}")
+  if not any(counts.values()):
+    lines.append("violations: none")
+  else:
+    lines.append(
+      "violations: " + ", ".join(f"{k} {counts[k]} clients" for k in REASONS if counts[k])
+    )
+  for viol in result.violations[:max_violations]:
+    shown = ", ".join(map(str, viol.rounds[:12])) + (", ..." if len(viol.rounds) > 12 else "")
+    lines.append(f"  {viol.reason:<18} client {viol.client_id}: rounds {shown}")
   total = result.violations.total
   if result.violations.truncated and total > max_violations:
     lines.append(
@@ -1262,7 +1540,14 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
     )
   elif len(result.violations) > max_violations:
     lines.append(f"  ... {len(result.violations) - max_violations} more (see --json)")
-  lines.append(f"claim covers all clients: {'yes' if result.claim_covers_all_clients else 'NO'}")
+  for note in result.notes:
+    lines.append(f"note: {note}")
   for w in result.warnings:
     lines.append(f"warning: {w}")
   return "\n".join(lines)
+
+
+def _wrap(text: str, indent: str, width: int = 100) -> str:
+  import textwrap  # pylint: disable=g-import-not-at-top
+
+  return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent)

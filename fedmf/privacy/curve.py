@@ -13,15 +13,24 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fedmf.mf import resources
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy.accounting import gaussian_epsilon, rho_zcdp, validate_delta
 from fedmf.privacy.events import validate_noise_multiplier
 
 
 def cached_sensitivity(strategy: Any, schema: ParticipationSchema, method: str, cache: dict) -> Any:
-  """The strategy's sensitivity under `schema`, computed once per distinct (n, b, k)."""
+  """The strategy's sensitivity under `schema`, computed once per distinct (n, b, k).
+
+  Each new evaluation is estimated first and refused beyond the resource limits
+  (`fedmf.mf.resources`: --max-memory, --max-seconds).
+  """
   key = (schema.n, schema.min_sep, schema.max_participations)
   if key not in cache:
+    resources.check(
+      strategy.sensitivity_cost(schema, method),
+      f"the sensitivity of {strategy.describe()} at n={schema.n}",
+    )
     cache[key] = strategy.sensitivity(schema, method)
   return cache[key]
 

@@ -25,7 +25,11 @@ import io
 import json
 import os
 import pathlib
+import signal
 import sys
+import threading
+import weakref
+import zlib
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -39,6 +43,9 @@ CLIENT_ID = "client_id"
 REQUIRED_COLUMNS = (ROUND, CLIENT_ID)
 SUFFIXES = (".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".parquet")
 
+# Rounds are integers in [0, 2^53]: a float round beyond 2^53 is not exact, and a round that large
+# is a timestamp or a corrupt row, not a round (the auditor refuses per-round work beyond its limit).
+MAX_ROUND_VALUE = 2**53
 _CSV_BLOCK_SIZE = 1 << 22  # 4 MiB per streamed CSV block (~300k rows of a typical log).
 _JSONL_CHUNK_ROWS = 100_000
 
@@ -121,14 +128,27 @@ def _validate_batch(path: str, batch: pa.RecordBatch | pa.Table, first_row: int)
   if pa.types.is_floating(rtype):
     r = rounds.to_numpy().astype(np.float64, copy=False)
     with np.errstate(invalid="ignore"):
-      bad = ~np.isfinite(r) | (r != np.floor(r))
+      bad = ~np.isfinite(r) | (r != np.floor(r)) | (np.abs(r) > MAX_ROUND_VALUE)
     if bad.any():
       i = int(np.flatnonzero(bad)[0])
-      kind = "non-finite" if not np.isfinite(r[i]) else "non-integer"
-      raise ParticipationLogError(f"{path}: row {first_row + i}: {kind} round {float(r[i])!r}")
+      if not np.isfinite(r[i]):
+        raise ParticipationLogError(
+          f"{path}: row {first_row + i}: non-finite round {float(r[i])!r}"
+        )
+      if abs(r[i]) > MAX_ROUND_VALUE:
+        raise _round_out_of_range(path, first_row + i, f"{float(r[i]):g}")
+      raise ParticipationLogError(f"{path}: row {first_row + i}: non-integer round {float(r[i])!r}")
     r_int = r.astype(np.int64)
   elif pa.types.is_integer(rtype) or pa.types.is_null(rtype):
-    r_int = rounds.to_numpy().astype(np.int64, copy=False) if len(rounds) else np.zeros(0, np.int64)
+    raw = rounds.to_numpy() if len(rounds) else np.zeros(0, np.int64)
+    if raw.dtype == np.uint64 and raw.size and raw.max() > MAX_ROUND_VALUE:
+      i = int(np.flatnonzero(raw > MAX_ROUND_VALUE)[0])
+      raise _round_out_of_range(path, first_row + i, str(int(raw[i])))
+    r_int = raw.astype(np.int64, copy=False)
+    big = np.abs(r_int) > MAX_ROUND_VALUE
+    if big.any():
+      i = int(np.flatnonzero(big)[0])
+      raise _round_out_of_range(path, first_row + i, str(int(r_int[i])))
   else:
     raise ParticipationLogError(f"{path}: column 'round' must hold integers, found {rtype}")
   neg = r_int < 0
@@ -137,8 +157,12 @@ def _validate_batch(path: str, batch: pa.RecordBatch | pa.Table, first_row: int)
     raise ParticipationLogError(f"{path}: row {first_row + i}: negative round {int(r_int[i])}")
   ids = table.column(CLIENT_ID)
   if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
-    if pa.types.is_floating(ids.type):
-      raise ParticipationLogError(f"{path}: column 'client_id' must hold strings or integers")
+    value_type = ids.type.value_type if pa.types.is_dictionary(ids.type) else ids.type
+    if pa.types.is_boolean(value_type) or pa.types.is_floating(value_type):
+      # true/false or 1.5 are not ids; reading them as the text "true" would merge clients.
+      raise ParticipationLogError(
+        f"{path}: column 'client_id' must hold strings or integers, found {_type_name(value_type)}"
+      )
     try:
       ids = pc.cast(ids, pa.string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -158,6 +182,21 @@ def _validate_batch(path: str, batch: pa.RecordBatch | pa.Table, first_row: int)
   table = table.set_column(table.schema.get_field_index(ROUND), ROUND, pa.array(r_int, pa.int64()))
   table = table.set_column(table.schema.get_field_index(CLIENT_ID), CLIENT_ID, ids)
   return table
+
+
+def _round_out_of_range(path: str, row: int, shown: str) -> ParticipationLogError:
+  return ParticipationLogError(
+    f"{path}: row {row}: round {shown} is out of range (rounds are integers in [0, 2^53])"
+  )
+
+
+def _type_name(arrow_type: pa.DataType) -> str:
+  """A column type in the words of the file: JSON true/false is 'true/false', not 'bool'."""
+  if pa.types.is_boolean(arrow_type):
+    return "true/false values"
+  if pa.types.is_floating(arrow_type):
+    return "non-integer numbers"
+  return str(arrow_type)
 
 
 def _arrow_error(path: str, e: Exception) -> ParticipationLogError:
@@ -273,11 +312,15 @@ def _iter_jsonl(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Ite
   import pyarrow.json as pajson  # pylint: disable=g-import-not-at-top
 
   try:
-    stream = pa.input_stream(path, compression="gzip" if fmt.gzip else None)
-    table = pajson.read_json(stream)
+    with pa.input_stream(path, compression="gzip" if fmt.gzip else None) as stream:
+      table = pajson.read_json(stream)
     if table.num_columns == 0 and table.num_rows == 0:
       raise ParticipationLogError(f"{path}: empty log")
     _missing(path, table.column_names)
+    if CLIENT_ID in table.column_names and pa.types.is_floating(table.column(CLIENT_ID).type):
+      # pyarrow reads an integer beyond int64 as a double, losing digits: parse the lines
+      # exactly instead (ids that are really non-integer numbers are refused there).
+      raise pa.ArrowInvalid("client ids beyond int64")
     tables: Iterable[Any] = [table]
   except pa.ArrowInvalid:
     # Mixed types across lines (e.g. integer and string client ids): parse line by line, in chunks.
@@ -305,13 +348,22 @@ def _iter_jsonl_python(path: str, fmt: LogFormat) -> Iterator[pa.Table]:
         raise ParticipationLogError(f"{path}: line {lineno}: invalid JSON ({e.msg})") from None
       if not isinstance(obj, dict):
         raise ParticipationLogError(f"{path}: line {lineno}: expected a JSON object")
-      if CLIENT_ID in obj and obj[CLIENT_ID] is not None and not isinstance(obj[CLIENT_ID], str):
-        obj[CLIENT_ID] = str(obj[CLIENT_ID])
+      client = obj.get(CLIENT_ID)
+      if isinstance(client, int) and not isinstance(client, bool):
+        obj[CLIENT_ID] = str(client)  # Exact, however many digits (the docs: read as strings).
+      elif client is not None and not isinstance(client, str):
+        shown = json.dumps(client)
+        shown = shown if len(shown) <= 30 else shown[:27] + "..."
+        raise ParticipationLogError(
+          f"{path}: line {lineno}: client_id must be a string or an integer, got {shown}"
+        )
       if ROUND in obj and isinstance(obj[ROUND], (int, float)) and not isinstance(obj[ROUND], bool):
+        if isinstance(obj[ROUND], int) and abs(obj[ROUND]) > MAX_ROUND_VALUE:
+          raise _round_out_of_range(path, lineno, str(obj[ROUND])[:30])
         obj[ROUND] = float(obj[ROUND])
       elif ROUND in obj and obj[ROUND] is not None:
         raise ParticipationLogError(
-          f"{path}: line {lineno}: round must be an integer, got {obj[ROUND]!r}"
+          f"{path}: line {lineno}: round must be an integer, got {json.dumps(obj[ROUND])[:30]}"
         )
       rows.append(obj)
       if len(rows) >= _JSONL_CHUNK_ROWS:
@@ -371,7 +423,16 @@ def iter_log_batches(
   row = 1
   total = 0
   try:
-    for batch in batches:
+    while True:
+      try:
+        batch = next(batches)
+      except StopIteration:
+        break
+      except ParticipationLogError:
+        raise
+      except (OSError, EOFError, UnicodeDecodeError, zlib.error, pa.ArrowException) as e:
+        # A truncated .gz, bytes that are not UTF-8, a file that vanished: one line, no traceback.
+        raise _arrow_error(path, e) from None
       if batch.num_rows == 0:
         continue
       table = _validate_batch(path, batch, row)
@@ -381,6 +442,8 @@ def iter_log_batches(
       yield table
   finally:
     bar.close()
+    if hasattr(batches, "close"):
+      batches.close()
   if total == 0:
     raise ParticipationLogError(f"{path}: empty log (no participation rows)")
 
@@ -764,6 +827,44 @@ class ClientIndex:
 # Writing.
 
 
+# Writers whose temporary file exists. SIGTERM's default action kills the process without running
+# `finally` blocks or `__exit__`, which would leave `.<name>.partial-<pid>` behind; while a writer is
+# open (and nobody else handles SIGTERM) a handler removes the temporary files, then lets the
+# default action end the process. The fedmf CLI raises an exception on SIGTERM instead, so there
+# the `with` block's abort removes them.
+_OPEN_WRITERS: "weakref.WeakSet[ParticipationLogWriter]" = weakref.WeakSet()
+_SIGTERM_INSTALLED = False
+
+
+def _remove_partials_and_terminate(signum, frame):  # pylint: disable=unused-argument
+  for writer in list(_OPEN_WRITERS):
+    writer._remove_partial()  # pylint: disable=protected-access
+  signal.signal(signum, signal.SIG_DFL)
+  os.kill(os.getpid(), signum)
+
+
+def _watch_sigterm() -> None:
+  """Installs the cleanup handler if SIGTERM has its default action (main thread only)."""
+  global _SIGTERM_INSTALLED
+  if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
+    return
+  if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _remove_partials_and_terminate)
+    _SIGTERM_INSTALLED = True
+
+
+def _unwatch_sigterm() -> None:
+  """Restores the default action once no writer is open (if the handler is still ours)."""
+  global _SIGTERM_INSTALLED
+  if not _SIGTERM_INSTALLED or _OPEN_WRITERS:
+    return
+  if threading.current_thread() is not threading.main_thread():
+    return
+  if signal.getsignal(signal.SIGTERM) is _remove_partials_and_terminate:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  _SIGTERM_INSTALLED = False
+
+
 class ParticipationLogWriter:
   """Writes a participation log, atomically: a temporary file renamed on ``close()``.
 
@@ -775,7 +876,9 @@ class ParticipationLogWriter:
         w.flush()
 
   The schema (``round``, ``client_id`` then extra columns) is fixed by the first write. Leaving the
-  ``with`` block by an exception aborts: the temporary file is removed unless ``keep_partial``.
+  ``with`` block by an exception (Ctrl-C included) aborts: the temporary file is removed unless
+  ``keep_partial``. So does SIGTERM while the writer is open, unless the program handles SIGTERM
+  itself (then its exception or exit path should leave the ``with`` block).
   """
 
   def __init__(self, path: str | os.PathLike[str], *, keep_partial: bool = False):
@@ -786,6 +889,9 @@ class ParticipationLogWriter:
     self.partial_path = self.path.with_name(f".{self.path.name}.partial-{os.getpid()}")
     self._keep_partial = keep_partial
     self._raw = open(self.partial_path, "wb")
+    if not keep_partial:
+      _OPEN_WRITERS.add(self)
+      _watch_sigterm()
     self._sink = gzip.GzipFile(fileobj=self._raw, mode="wb") if self._fmt.gzip else self._raw
     self._schema: pa.Schema | None = None
     self._writer: Any = None
@@ -902,6 +1008,7 @@ class ParticipationLogWriter:
     os.fsync(self._raw.fileno())
     self._raw.close()
     os.replace(self.partial_path, self.path)
+    self._forget()
     try:  # Make the rename durable.
       dir_fd = os.open(self.path.parent, os.O_RDONLY)
       try:
@@ -926,8 +1033,19 @@ class ParticipationLogWriter:
       self._raw.close()
     except Exception:  # pylint: disable=broad-except
       pass
-    if not self._keep_partial and self.partial_path.exists():
-      self.partial_path.unlink()
+    self._remove_partial()
+    self._forget()
+
+  def _remove_partial(self) -> None:
+    if not self._keep_partial:
+      try:
+        os.unlink(self.partial_path)
+      except OSError:
+        pass
+
+  def _forget(self) -> None:
+    _OPEN_WRITERS.discard(self)
+    _unwatch_sigterm()
 
 
 def write_participation_log(

@@ -180,25 +180,52 @@ class TrainingConfig:
       self.participation.validate()
     except FedmfUserError as e:
       raise ConfigError(str(e)) from None
+    if self.strategy is not None:
+      self._check_strategy_file()
     return self
+
+  def _check_strategy_file(self) -> None:
+    """Loads the strategy file now, before any work: a file that does not load, a strategy that
+    cannot stream its noise into training (the full-Honaker tree) or a BandMF built for fewer
+    rounds is a one-line ConfigError."""
+    from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
+
+    try:
+      strategy = strategies.load_strategy(self.strategy)
+      strategy.check_streamable()
+      strategy.check_horizon(self.rounds)
+    except FedmfUserError as e:
+      raise ConfigError(f"strategy: {e}") from None
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
 
 
+def _shown(value: Any) -> str:
+  """A config value as the user wrote it in YAML: null, true, [1, 2] (never Python's None)."""
+  if value is None or isinstance(value, (bool, list, tuple, dict)):
+    try:
+      text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+      text = repr(value)
+  else:
+    text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _choice(key: str, value: Any, choices: Sequence[str]) -> None:
   if value not in choices:
-    raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+    raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {_shown(value)}")
 
 
 def _at_least(key: str, value: int, minimum: int) -> None:
   if value < minimum:
-    raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    raise ConfigError(f"{key} must be an integer >= {minimum}, got {_shown(value)}")
 
 
 def _positive(key: str, value: float) -> None:
   if not (math.isfinite(value) and value > 0):
-    raise ConfigError(f"{key} must be a finite number > 0, got {value!r}")
+    raise ConfigError(f"{key} must be a finite number > 0, got {_shown(value)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,33 +242,33 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     return _coerce(key, value, args[0])
   if dataclasses.is_dataclass(annotation):
     if not isinstance(value, Mapping):
-      raise ConfigError(f"{key} must be a section of keys, got {value!r}")
+      raise ConfigError(f"{key} must be a section of keys, got {_shown(value)}")
     return _build(annotation, value, prefix=f"{key}.")
   if annotation is bool:
     if isinstance(value, bool):
       return value
-    raise ConfigError(f"{key} must be true or false, got {value!r}")
+    raise ConfigError(f"{key} must be true or false, got {_shown(value)}")
   if annotation is int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ConfigError(f"{key} must be an integer, got {value!r}")
+      raise ConfigError(f"{key} must be an integer, got {_shown(value)}")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-      raise ConfigError(f"{key} must be an integer, got {value!r}")
+      raise ConfigError(f"{key} must be an integer, got {_shown(value)}")
     return int(value)
   if annotation is float:
     if isinstance(value, str):  # YAML 1.1 reads '1e-8' (no dot) as a string.
       try:
         value = float(value)
       except ValueError:
-        raise ConfigError(f"{key} must be a number, got {value!r}") from None
+        raise ConfigError(f"{key} must be a number, got {_shown(value)}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ConfigError(f"{key} must be a number, got {value!r}")
+      raise ConfigError(f"{key} must be a number, got {_shown(value)}")
     value = float(value)
     if not math.isfinite(value):
-      raise ConfigError(f"{key} must be finite, got {value!r}")
+      raise ConfigError(f"{key} must be finite, got {_shown(value)}")
     return value
   if annotation is str:
     if not isinstance(value, str):
-      raise ConfigError(f"{key} must be a string, got {value!r}")
+      raise ConfigError(f"{key} must be a string, got {_shown(value)}")
     return value
   raise TypeError(f"unsupported config type {annotation!r} for {key}")
 

@@ -7,7 +7,8 @@ One concept: a simulation run from a config to its outputs in OUT:
   participation.csv who took part in which round (docs/participation-log.md)
   metrics.csv       one row per round (loss, round_seconds, accuracy on evaluated rounds, ...)
   tensorboard/      the same metrics for TensorBoard
-  audit.json, report.html, report.md, plots   the audit of participation.csv (`fedmf audit`)
+  strategy.json     the strategy the noise came from (so `fedmf audit OUT` needs no flags)
+  audit.json, report.html, report.md, plots   the audit of participation.csv (`fedmf audit OUT`)
   summary.json      what a pipeline needs: rounds_completed, noise_multiplier, initial and final
                     test accuracy, refused check-ins, violations, and the audit's min-sep and ε
 """
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any, Optional
 
+from fedmf.mf import strategies
 from fedmf.program import loop
 from fedmf.program import outputs
+from fedmf.program import run_dir
 from fedmf.program.config import TrainingConfig
 
 logger = logging.getLogger("fedmf.simulate")
@@ -57,11 +59,13 @@ def describe_plan(run: loop.TrainingRun) -> list[str]:
     + (
       f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
       f"{run.config.reference_clients_per_round} clients per round)"
-      if run.config.reference_clients_per_round
+      if run.config.reference_clients_per_round and p.noise_multiplier
       else ""
     ),
     f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
-    f"({p.accounting})",
+    f"({p.accounting})"
+    if p.noise_multiplier
+    else "planned privacy: none (noise multiplier 0 trains without DP: no privacy guarantee)",
   ]
   return lines
 
@@ -90,7 +94,9 @@ def run_simulation(
     run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
     out.mkdir(parents=True, exist_ok=True)
     outputs.write_json(out / "config.json", config_record(config))
-    outputs.write_json(out / "plan.json", plan_record(run))
+    outputs.write_json(out / run_dir.PLAN_FILE, plan_record(run))
+    # The strategy the noise comes from, so that `fedmf audit OUT` needs no flags.
+    strategies.save_strategy(run.plan.strategy, out / run_dir.STRATEGY_FILE)
     for line in describe_plan(run):
       log(line)
     initial = run.task.evaluate(run.server.weights)
@@ -148,22 +154,32 @@ def finish(
   p = run.plan
   rounds_completed = len(records)
   declared = p.schema.with_rounds(max(rounds_completed, 1))
+  # σ as accounted; 0 (no DP) is audited for its participation and states no guarantee.
   result = audit.audit_log(
     out / "participation.csv",
     p.strategy,
-    p.noise_multiplier or 1.0,
+    p.noise_multiplier,
     c.delta,
     rounds=max(rounds_completed, 1),
     min_sep=declared.min_sep,
     max_participations=declared.max_participations,
     progress=False,
+    curve=report,
+    notes=run_dir.plan_notes(plan_record(run)),
   )
   audit_dict = result.to_dict()
-  outputs.write_json(out / "audit.json", audit_dict)
   if report:
     from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
 
-    report_lib.write_report(result, out)
+    strategy_file = out / run_dir.STRATEGY_FILE
+    report_lib.write_report(
+      result,
+      out,
+      strategy_path=str(strategy_file) if strategy_file.is_file() else None,
+      initial_accuracy=initial["accuracy"],  # summary.json, which holds it, comes next.
+    )
+  else:
+    outputs.write_json(out / "audit.json", audit_dict)
   evaluated = [r for r in records if r.accuracy is not None]
   counts = result.violation_counts()
   summary = {
@@ -197,9 +213,11 @@ def finish(
       "observed_max_participations": audit_dict.get("observed_max_participations"),
       "sensitivity": audit_dict.get("sensitivity"),
       "sensitivity_method": audit_dict.get("sensitivity_method"),
-      "rho": audit_dict.get("rho") if p.noise_multiplier else math.inf,
-      "epsilon": audit_dict.get("epsilon") if p.noise_multiplier else math.inf,
+      "rho": audit_dict.get("rho"),
+      "epsilon": audit_dict.get("epsilon"),
       "delta": c.delta,
+      "privacy_guarantee": audit_dict.get("privacy_guarantee"),
+      "statement": audit_dict.get("statement"),
     },
     **(extra or {}),
   }

@@ -26,7 +26,7 @@ import tensorflow as tf
 from fedmf.tasks.fast_lstm import FastLSTM
 
 NUM_SPECIAL_TOKENS = 4  # pad, bos, eos, one OOV bucket
-ACCURACY_NOTE = "accuracy excludes pad, OOV, bos and eos tokens (as the papers report it)"
+ACCURACY_NOTE = "accuracy excludes pad, OOV, bos and eos tokens, as the papers report it"
 
 
 @dataclasses.dataclass(frozen=True)

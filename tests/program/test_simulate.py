@@ -55,6 +55,7 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
     "config.json",
     "metrics.csv",
     "participation.csv",
+    "strategy.json",
     "audit.json",
     "report.html",
     "summary.json",
@@ -82,11 +83,36 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
   assert log.num_rows == 8 * 4
   config = json.load(open(out / "config.json"))
   assert config["participation"]["min_sep"] == 3 and config["noise_seed"] == 5
+  # `fedmf audit OUT` reads the run's own files and reports the run's own epsilon (issue 13).
+  assert cli_main.main(["audit", str(out), "--json", "--strict", "--max-epsilon", "8"]) == 0
+  again = json.loads(capsys.readouterr().out)
+  assert again["epsilon"] == summary["audit"]["epsilon"] and again["strict"]["passed"]
+  assert again["noise_multiplier"] == summary["noise_multiplier"]
+  page = (out / "report.html").read_text()
+  assert "Test accuracy" in page and "cheap simulation" in page
   # The same config and seeds give the same model: the noise is seeded and cohorts are keyed.
   _, again = _simulate(
     tmp_path, capsys, ["target_epsilon=8", "participation.early_checkin_rate=0.3"], name="again"
   )
   assert again["final_test_accuracy"] == summary["final_test_accuracy"]
+
+
+def test_a_run_without_dp_says_so_everywhere(tmp_path, capsys, cache_dir):
+  out = tmp_path / "no-dp"
+  args = ["simulate", "--out", str(out), "--no-progress"]
+  for item in TINY + ["noise_multiplier=0"]:
+    args += ["--set", item]
+  assert cli_main.main(args) == 0
+  text = capsys.readouterr().out
+  assert "planned privacy: none (noise multiplier 0 trains without DP" in text
+  assert "noise multiplier     0 (no DP: a baseline for comparison)" in text
+  assert "privacy (audit)      no privacy guarantee (noise multiplier 0)" in text
+  assert "cheap simulation" not in text and "epsilon" not in text.split("simulated")[1]
+  summary = json.load(open(out / "summary.json"))
+  assert summary["audit"]["privacy_guarantee"] is False
+  assert "No privacy guarantee" in (out / "report.html").read_text()
+  assert cli_main.main(["audit", str(out), "--strict"]) == 1
+  assert "no privacy guarantee (noise multiplier 0)" in capsys.readouterr().err
 
 
 def test_stackoverflow_file_runs_end_to_end(tmp_path, capsys, cache_dir):

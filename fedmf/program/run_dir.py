@@ -1,0 +1,211 @@
+"""A run directory read back: what `fedmf audit RUN_DIR` needs from a run's own files.
+
+One concept: the privacy inputs of a finished (or stopped) run, from the files `fedmf simulate` and
+`fedmf train` write into OUT (docs/simulation.md):
+
+  plan.json       σ as accounted (noise_multiplier), δ, the declared schema, the cheap-simulation note
+  strategy.json   the strategy the noise came from (`fedmf.mf.strategies.save_strategy`)
+  summary.json    rounds_completed (absent while a run is unfinished)
+  config.json     the resolved config (rounds, delta), a fallback for plan.json's values
+  participation.csv (or .csv.gz, .jsonl, .jsonl.gz, .parquet)   the participation log
+
+Only JSON and paths: no TensorFlow, so `fedmf audit` stays light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Optional
+
+from fedmf.errors import FedmfUserError
+
+STRATEGY_FILE = "strategy.json"
+PLAN_FILE = "plan.json"
+SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.json"
+LOG_NAMES = tuple(
+  f"participation{suffix}" for suffix in (".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".parquet")
+)
+
+
+class RunDirError(FedmfUserError):
+  """A run directory whose files cannot give what was asked (one line naming the file)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+  """A run's privacy inputs; a value is None when the run's files do not say it.
+
+  Attributes:
+    directory: The run directory.
+    log: Its participation log.
+    strategy: Path of strategy.json, or None if the run did not save it.
+    noise_multiplier: σ as accounted (plan.json; 0 = trained without DP).
+    delta: δ (plan.json, else config.json).
+    rounds: Rounds released: summary.json's rounds_completed, else the configured rounds.
+    rounds_source: Which file and field gave `rounds`, in words.
+    min_sep, max_participations: The declared schema over `rounds` (plan.json).
+    planned_epsilon: The ε the run planned (plan.json), for comparison.
+    notes: What a reader of the audit should know about the run (a cheap simulation, ...).
+    sources: For each value, the file it came from (for messages).
+  """
+
+  directory: Path
+  log: Path
+  strategy: Optional[Path]
+  noise_multiplier: Optional[float]
+  delta: Optional[float]
+  rounds: Optional[int]
+  rounds_source: str
+  min_sep: Optional[int]
+  max_participations: Optional[int]
+  planned_epsilon: Optional[float]
+  notes: tuple[str, ...]
+  sources: dict[str, str]
+
+
+def is_run_dir(path: str | Path) -> bool:
+  return Path(path).is_dir()
+
+
+def _read_json(path: Path) -> Optional[dict[str, Any]]:
+  if not path.is_file():
+    return None
+  try:
+    obj = json.loads(path.read_text(encoding="utf-8"))
+  except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+    reason = getattr(e, "msg", None) or getattr(e, "strerror", None) or type(e).__name__
+    raise RunDirError(f"{path}: not a readable JSON file ({reason})") from None
+  if not isinstance(obj, dict):
+    raise RunDirError(f"{path}: expected a JSON object")
+  return obj
+
+
+def _number(obj: dict[str, Any], key: str, path: Path, *, integer: bool = False):
+  value = obj.get(key)
+  if value is None:
+    return None
+  ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+  if ok and integer:
+    ok = float(value).is_integer() and value >= 1
+  if not ok or value < 0:
+    raise RunDirError(f"{path}: field '{key}' must be a finite number >= 0, got {value!r}")
+  return int(value) if integer else float(value)
+
+
+def plan_notes(plan: dict[str, Any]) -> tuple[str, ...]:
+  """What an audit of the run must say about its plan (plan.json as a dict)."""
+  notes = []
+  if isinstance(plan.get("cheap_simulation"), str) and plan.get("noise_multiplier"):
+    training_sigma = plan.get("training_noise_multiplier")
+    training_sigma = (
+      f" (training noise multiplier {training_sigma:.4g})"
+      if isinstance(training_sigma, (int, float))
+      else ""
+    )
+    notes.append(
+      "cheap simulation (BandMF App. I): " + plan["cheap_simulation"] + ". The noise actually "
+      f"added in this simulation was smaller{training_sigma}, so the simulated run itself is not "
+      "protected at this epsilon."
+    )
+  accounting = plan.get("accounting")
+  if isinstance(accounting, str) and "amplif" in accounting.lower():
+    notes.append(
+      f"the run planned its epsilon with privacy amplification ({accounting}); this audit "
+      "credits no amplification: it accounts the log's realized participation as "
+      "b-min-separation, so its epsilon differs from the planned one (usually it is larger)"
+    )
+  return tuple(notes)
+
+
+def read_run(path: str | Path) -> RunInputs:
+  """The privacy inputs of run directory `path` (validated; one-line errors naming the file)."""
+  from fedmf.mf.schema import ParticipationSchema  # pylint: disable=g-import-not-at-top
+
+  directory = Path(path)
+  logs = [directory / name for name in LOG_NAMES if (directory / name).is_file()]
+  if not logs:
+    raise RunDirError(
+      f"{directory} is a directory without a participation log ({', '.join(LOG_NAMES[:2])}, ...): "
+      "give a run directory written by fedmf simulate or fedmf train, or a log file"
+    )
+  plan_path, summary_path, config_path = (
+    directory / PLAN_FILE,
+    directory / SUMMARY_FILE,
+    directory / CONFIG_FILE,
+  )
+  plan = _read_json(plan_path) or {}
+  summary = _read_json(summary_path) or {}
+  config = _read_json(config_path) or {}
+  sources: dict[str, str] = {}
+  notes: list[str] = []
+
+  sigma = _number(plan, "noise_multiplier", plan_path)
+  if sigma is not None:
+    sources["noise_multiplier"] = str(plan_path)
+  delta = _number(plan, "delta", plan_path)
+  if delta is not None:
+    sources["delta"] = str(plan_path)
+  elif _number(config, "delta", config_path) is not None:
+    delta = _number(config, "delta", config_path)
+    sources["delta"] = str(config_path)
+
+  rounds = _number(summary, "rounds_completed", summary_path, integer=True)
+  rounds_source = f"rounds_completed in {summary_path}"
+  if rounds is None:
+    configured = _number(config, "rounds", config_path, integer=True)
+    schema = plan.get("declared_schema")
+    if configured is None and isinstance(schema, dict):
+      configured = _number(schema, "n", plan_path, integer=True)
+    rounds = configured
+    rounds_source = f"the configured rounds in {config_path if config else plan_path}"
+    if rounds is not None:
+      notes.append(
+        f"{summary_path.name} is missing (the run did not finish?): assuming all {rounds} "
+        "configured rounds were released, which may over-count"
+      )
+  if rounds is not None:
+    sources["rounds"] = rounds_source
+
+  min_sep = max_participations = None
+  schema = plan.get("declared_schema")
+  if isinstance(schema, dict) and rounds is not None:
+    try:
+      declared = ParticipationSchema(
+        _number(schema, "n", plan_path, integer=True) or rounds,
+        _number(schema, "min_sep", plan_path, integer=True),
+        _number(schema, "max_participations", plan_path, integer=True),
+      ).with_rounds(rounds)
+    except FedmfUserError as e:
+      raise RunDirError(f"{plan_path}: declared_schema: {e}") from None
+    # As the run's own audit (fedmf.program.simulate.finish) declares it.
+    min_sep, max_participations = declared.min_sep, declared.max_participations
+    sources["min_sep"] = sources["max_participations"] = str(plan_path)
+
+  strategy = directory / STRATEGY_FILE
+  if strategy.is_file():
+    sources["strategy"] = str(strategy)
+  else:
+    strategy = None
+
+  planned = plan.get("epsilon")
+  planned = float(planned) if isinstance(planned, (int, float)) else None
+  notes.extend(plan_notes(plan))
+  return RunInputs(
+    directory=directory,
+    log=logs[0],
+    strategy=strategy,
+    noise_multiplier=sigma,
+    delta=delta,
+    rounds=rounds,
+    rounds_source=rounds_source,
+    min_sep=min_sep,
+    max_participations=max_participations,
+    planned_epsilon=planned,
+    notes=tuple(notes),
+    sources=sources,
+  )

@@ -1,0 +1,145 @@
+"""The audit report (issue 13): one self-contained semantic HTML page, plots that mark what matters
+(linear axes on small counts, violating bars in red, the declared ε and the budget on the ε curve),
+written all or nothing."""
+
+import html.parser
+import pathlib
+
+import matplotlib
+import numpy as np
+import pytest
+
+from fedmf.privacy import audit, participation_log, report
+
+matplotlib.use("Agg")
+
+BLT = {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]}
+RED = matplotlib.colors.to_rgba(report._BAD)  # pylint: disable=protected-access
+
+
+def _result(tmp_path, rows, **kwargs):
+  path = tmp_path / "log.csv"
+  participation_log.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
+  return audit.audit_log(path, BLT, 2.0, 1e-6, progress=False, **kwargs)
+
+
+# a returns after 2 rounds (declared b = 3) and joins 4 times (declared k = 3).
+ROWS = [(0, "a"), (2, "a"), (5, "a"), (8, "a"), (0, "b"), (4, "b"), (1, "c"), (9, "d")]
+
+
+class _Page(html.parser.HTMLParser):
+  def __init__(self):
+    super().__init__()
+    self.tags: list[tuple[str, dict]] = []
+
+  def handle_starttag(self, tag, attrs):
+    self.tags.append((tag, dict(attrs)))
+
+
+def test_the_html_is_semantic_and_self_contained(tmp_path):
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3, max_participations=3, max_epsilon=5.0)
+  report.write_report(res, tmp_path / "rep")
+  text = (tmp_path / "rep" / "report.html").read_text()
+  page = _Page()
+  page.feed(text)
+  tags = [t for t, _ in page.tags]
+  for tag in ("main", "header", "section", "table", "thead", "th", "figure", "figcaption", "dl"):
+    assert tag in tags, tag
+  assert dict(page.tags)["html"]["lang"] == "en"
+  images = [a["src"] for t, a in page.tags if t == "img"]
+  assert len(images) == 4 and all(s.startswith("data:image/png;base64,") for s in images)
+  assert all(a.get("alt") for t, a in page.tags if t == "img")
+  assert "script" not in tags and "link" not in tags  # nothing to fetch, nothing to run
+  assert "http://" not in text and "https://" not in text
+  assert "}}" not in text and "<pre>" not in text
+  # Highlighted: the counts of both reasons, and a's two entries (min-sep, max-participations).
+  assert text.count('<tr class="violating">') == 4
+  assert '<tr class="violating"><td><code>a</code></td><td>min-sep</td>' in text
+  assert "None" not in text
+
+
+def _capture(monkeypatch):
+  figures = []
+  monkeypatch.setattr(report, "_png", lambda fig: figures.append(fig) or b"png")
+  return figures
+
+
+def test_small_counts_get_linear_axes_and_large_spans_log_axes():
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  for counts, scale in (([1, 61, 52], "linear"), ([3, 200_000], "log"), ([5000, 9000], "linear")):
+    fig, ax = plt.subplots()
+    report._count_axis(ax, np.array(counts))  # pylint: disable=protected-access
+    assert ax.get_yscale() == scale, counts
+    plt.close(fig)
+
+
+def test_violating_bars_are_red_and_the_declared_limits_drawn(tmp_path, monkeypatch):
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3, max_participations=3)
+  figures = _capture(monkeypatch)
+  report._plot_participations(res)  # pylint: disable=protected-access
+  report._plot_gaps(res)  # pylint: disable=protected-access
+  participations, gaps = (f.axes[0] for f in figures)
+  red = {
+    int(round(p.get_x() + p.get_width() / 2))
+    for p in participations.patches
+    if p.get_facecolor() == RED
+  }
+  assert red == {4}  # a joined 4 times, above k = 3
+  red = {
+    int(round(p.get_x() + p.get_width() / 2)) for p in gaps.patches if p.get_facecolor() == RED
+  }
+  assert red == {2}  # a's gap of 2, below b = 3
+  assert participations.get_yscale() == "linear" and gaps.get_yscale() == "linear"
+  labels = [t.get_text() for f in figures for t in f.axes[0].get_legend().get_texts()]
+  assert "declared k = 3" in labels and "declared b = 3" in labels
+
+
+def test_the_epsilon_curve_shows_the_declared_epsilon_and_the_budget(tmp_path, monkeypatch):
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3, max_participations=3, max_epsilon=7.5)
+  figures = _capture(monkeypatch)
+  report._plot_epsilon(res)  # pylint: disable=protected-access
+  ax = figures[0].axes[0]
+  labels = [line.get_label() for line in ax.get_lines()]
+  declared = res.declared.accounting.epsilon
+  assert f"declared ε = {declared:.4g} (does NOT hold)" in labels  # the log violates it
+  assert "budget ε = 7.5" in labels
+  budget = next(line for line in ax.get_lines() if line.get_label() == "budget ε = 7.5")
+  assert budget.get_ydata()[0] == 7.5
+  assert ax.get_yscale() == "linear" and ax.get_ylim()[1] >= max(7.5, declared)
+
+
+def test_violating_clients_timeline_marks_the_close_pairs(tmp_path, monkeypatch):
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3)
+  figures = _capture(monkeypatch)
+  report._plot_violators(res)  # pylint: disable=protected-access
+  ax = figures[0].axes[0]
+  red = [line for line in ax.get_lines() if matplotlib.colors.to_rgba(line.get_color()) == RED]
+  assert [list(line.get_xdata()) for line in red] == [[0, 2]]
+  assert [t.get_text() for t in ax.get_yticklabels()] == ["a"]
+
+
+def test_a_failed_write_leaves_no_report(tmp_path, monkeypatch):
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3)
+  written = []
+  real = pathlib.Path.write_bytes
+
+  def flaky(self, data):
+    if len(written) == 3:
+      raise OSError(28, "No space left on device")
+    written.append(self)
+    return real(self, data)
+
+  monkeypatch.setattr(pathlib.Path, "write_bytes", flaky)
+  with pytest.raises(OSError, match="No space left"):
+    report.write_report(res, tmp_path / "rep")
+  assert list((tmp_path / "rep").iterdir()) == []
+
+
+def test_a_rewrite_drops_plots_the_new_report_does_not_draw(tmp_path):
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3)
+  report.write_report(res, tmp_path / "rep")
+  assert (tmp_path / "rep" / "violating_clients.png").exists()
+  clean = _result(tmp_path, [(0, "a"), (5, "a")], rounds=10, min_sep=3)
+  report.write_report(clean, tmp_path / "rep")
+  assert not (tmp_path / "rep" / "violating_clients.png").exists()
