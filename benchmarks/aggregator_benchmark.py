@@ -223,6 +223,7 @@ class _FedAvgArm:
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE, 0.95),
       model_aggregator=aggregator,
+      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
     )
     self.state = self.process.initialize()
     self.parts = {}
@@ -324,7 +325,9 @@ def run_rounds(arm_names, rounds, model, clients, batches, batch_size) -> dict:
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
   shapes = _shapes(model)
-  model_fn = models.tff_model_fn(model['preset'], model['vocab'], SEQ_LEN)
+  # Every arm trains the same FunctionalModel with the same client loop (TFF's dataset iterator),
+  # as fedmf's simulation does, so the arms differ only in their aggregation.
+  model_fn = models.tff_functional_model(model['preset'], model['vocab'], SEQ_LEN)
   data = _client_data(clients, batches, batch_size, model['vocab'])
   times = {name: [] for name in arm_names}
   with context.local_execution_context() as ctx:

@@ -59,8 +59,11 @@ def _weights(root):
 
 
 def _worker_pids():
+  """TFF workers started by this test process (other jobs on the machine may run their own)."""
   out = subprocess.run(
-    ["pgrep", "-f", "tensorflow_federated/data/worker_binary"], capture_output=True, text=True
+    ["pgrep", "-P", str(os.getpid()), "-f", "tensorflow_federated/data/worker_binary"],
+    capture_output=True,
+    text=True,
   ).stdout.split()
   return {int(p) for p in out}
 
