@@ -29,12 +29,13 @@ Config keys (YAML; see docs/simulation.md): task (synthetic | stackoverflow), nu
 blt), bands, strategy (a strategy file; replaces mechanism), target_epsilon, noise_multiplier (sigma
 applied to C as loaded: the sum gets clip_norm * sigma * [C^-1 z]_t, as TFF's gaussian_fixed and
 tree_aggregation noise_multiplier; see docs/noise-multiplier.md for jax_privacy's; 0 trains without
-DP, a baseline whose outputs say "no privacy guarantee"), delta, seed, noise_seed, reference_clients_per_round (the papers' cheap
-simulation: sigma is scaled so the noise on the mean matches that cohort), participation.model
-(timer | epoch_shuffle | uniform | cyclic_poisson), participation.timer_unit (rounds | hours),
-participation.min_sep, participation.timer_hours, participation.early_checkin_rate,
-participation.server_guard, and the training recipe (clip_norm, client_learning_rate,
-server_learning_rate, server_momentum, warmup_fraction, cooldown_fraction, eval_every, ...)."""
+DP, a baseline whose outputs say "no privacy guarantee"), delta, seed, noise_seed,
+reference_clients_per_round (the papers' cheap simulation: sigma is scaled so the noise on the mean
+matches that cohort), participation.model (timer | epoch_shuffle | uniform | cyclic_poisson),
+participation.timer_unit (rounds | hours), participation.min_sep, participation.timer_hours,
+participation.early_checkin_rate, participation.server_guard, and the training recipe (clip_norm,
+client_learning_rate, server_learning_rate, server_momentum, warmup_fraction, cooldown_fraction,
+eval_every, ...)."""
 
 
 def default_config_path() -> Path:

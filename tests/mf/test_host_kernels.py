@@ -8,6 +8,7 @@ import pytest
 from fedmf.mf import streaming
 from fedmf.mf import strategies as st
 from fedmf.mf import tree
+from tests.mf.random_strategies import random_bandmf, random_dense
 
 N = 20
 SHAPES = [(3, 7), (11,), (1,)]  # (Scalars: numpy computes 0-d float32 with Python floats in
@@ -15,31 +16,18 @@ SHAPES = [(3, 7), (11,), (1,)]  # (Scalars: numpy computes 0-d float32 with Pyth
 SPECS32 = [streaming.Spec(s, np.float32) for s in SHAPES]
 
 
-def _bandmf(n=N, bands=5, seed=0):
-  rng = np.random.default_rng(seed)
-  cols = [list(rng.uniform(0.2, 1.0, min(bands, n - j))) for j in range(n)]
-  return {'mechanism': 'bandmf', 'n': n, 'bands': bands, 'columns': cols}
-
-
-def _dense(n=N, seed=1):
-  rng = np.random.default_rng(seed)
-  c = np.tril(rng.uniform(-0.3, 0.5, (n, n)))
-  c[np.diag_indices(n)] = rng.uniform(0.7, 1.3, n)
-  return {'mechanism': 'dense', 'matrix': c.tolist()}
-
-
 EVERY = {
   'dpsgd': {'mechanism': 'dpsgd'},
   'blt': {'mechanism': 'blt', 'buf_decay': [0.95, 0.6, 0.2], 'output_scale': [0.3, 0.2, 0.1]},
-  'bandmf': _bandmf(),
-  'bandmf-1-band': _bandmf(bands=1),
+  'bandmf': random_bandmf(N, bands=5),
+  'bandmf-1-band': random_bandmf(N, bands=1),
   'band-toeplitz': {'mechanism': 'band-toeplitz', 'coefficients': [1.5, 0.5, 0.3, 0.2]},
   'band-toeplitz-normalized': {
     'mechanism': 'band-toeplitz',
     'coefficients': [1.0, 0.5, 0.3],
     'column_normalized': True,
   },
-  'dense': _dense(),
+  'dense': random_dense(N),
   **{f'tree-{v}': {'mechanism': 'tree', 'variant': v} for v in tree.STREAMING_VARIANTS},
 }
 

@@ -12,23 +12,11 @@ from fedmf.mf import strategies as st
 from fedmf.mf import tree
 from fedmf.program import server
 from fedmf.tff import build_dp_aggregator
+from tests.mf.random_strategies import random_bandmf, random_dense
 
 ROUNDS = 8  # The tree reaches height 3 (round 7 completes 4 nodes).
 SHAPES = [(300,), (20, 7), ()]
 SEED = 2**63 + 12345  # Uses both halves of the seed key.
-
-
-def _bandmf(n=ROUNDS, bands=4, seed=0):
-  rng = np.random.default_rng(seed)
-  cols = [list(rng.uniform(0.2, 1.0, min(bands, n - j))) for j in range(n)]
-  return {'mechanism': 'bandmf', 'n': n, 'bands': bands, 'columns': cols}
-
-
-def _dense(n=ROUNDS, seed=1):
-  rng = np.random.default_rng(seed)
-  c = np.tril(rng.uniform(-0.3, 0.5, (n, n)))
-  c[np.diag_indices(n)] = rng.uniform(0.7, 1.3, n)
-  return {'mechanism': 'dense', 'matrix': c.tolist()}
 
 
 EVERY = {
@@ -38,14 +26,14 @@ EVERY = {
     'buf_decay': [0.99, 0.9, 0.6, 0.2],
     'output_scale': [0.2, 0.1, 0.05, 0.02],
   },
-  'bandmf': _bandmf(),
+  'bandmf': random_bandmf(ROUNDS, bands=4),
   'band-toeplitz': {'mechanism': 'band-toeplitz', 'coefficients': [1.5, 0.6, 0.3]},
   'band-toeplitz-normalized': {
     'mechanism': 'band-toeplitz',
     'coefficients': [1.0, 0.6, 0.3],
     'column_normalized': True,
   },
-  'dense': _dense(),
+  'dense': random_dense(ROUNDS),
   **{f'tree-{v}': {'mechanism': 'tree', 'variant': v} for v in tree.STREAMING_VARIANTS},
 }
 VALUE_TYPE = tff.StructWithPythonType([tff.TensorType(np.float32, s) for s in SHAPES], list)
