@@ -143,7 +143,8 @@ def build_run(
   weights = task.initial_weights(config.seed)
   shapes = [tuple(w.shape) for w in weights]
   # A task may give its model as a FunctionalModel (cheaper per client in the worker).
-  learning_model = task.functional_model() if hasattr(task, "functional_model") else task.model_fn()
+  functional = getattr(task, "functional_model", lambda: None)()
+  learning_model = task.model_fn() if functional is None else functional
   client_round, _ = build_client_round(
     learning_model,
     client_learning_rate=config.client_learning_rate,

@@ -15,7 +15,7 @@ docs/simulation.md, "Your own data and model").
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -46,6 +46,12 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def model_fn(self) -> Callable[[], Any]:
     """A no-argument callable returning a `tff.learning.models.VariableModel`."""
+
+  def functional_model(self) -> Optional[Any]:
+    """Optionally, the same model as a `tff.learning.models.FunctionalModel` (None: use
+    `model_fn`). Preferred when given: its graphs hold no variables, and TFF's worker trains it
+    with less fixed cost per client."""
+    return None
 
   @abc.abstractmethod
   def initial_weights(self, seed: int) -> list[np.ndarray]:
