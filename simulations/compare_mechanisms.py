@@ -11,7 +11,10 @@ several seeds, and writes into OUT:
   runs/          every run's own output directory
 
   python simulations/compare_mechanisms.py --out out/compare [--seeds 0,1,2] [--epsilon 8]
-      [--mechanisms dpsgd,tree,bandmf,blt] [--config FILE] [--set KEY=VALUE ...]
+      [--mechanisms dpsgd,tree,bandmf,blt] [--config FILE] [--set KEY=VALUE ...] [--reuse]
+
+--reuse keeps a finished run whose directory holds the same resolved config (config.json) and a
+summary.json, so an interrupted or extended comparison (more seeds) only runs what is missing.
 
 The papers (BandMF §6, BLT §5) predict BandMF ≳ BLT > TreeAgg > DP-SGD without amplification.
 """
@@ -33,6 +36,15 @@ def _accuracy_curve(run_dir: Path) -> dict[int, float]:
     return {int(r["round"]): float(r["accuracy"]) for r in csv.DictReader(f) if r["accuracy"]}
 
 
+def _finished_with(run_dir: Path, config: dict) -> bool:
+  """True if `run_dir` holds a finished run of exactly this resolved config."""
+  try:
+    stored = json.loads((run_dir / "config.json").read_text())
+    return stored == json.loads(json.dumps(config)) and (run_dir / "summary.json").is_file()
+  except (OSError, ValueError):
+    return False
+
+
 def _mean_std(values: list[float]) -> tuple[float, float]:
   if not values:
     return math.nan, math.nan
@@ -49,11 +61,14 @@ def main(argv=None) -> int:
   parser.add_argument("--seeds", default="0,1,2")
   parser.add_argument("--epsilon", type=float, default=8.0)
   parser.add_argument("--mechanisms", default="dpsgd,tree,bandmf,blt")
+  parser.add_argument(
+    "--reuse", action="store_true", help="keep finished runs with the same config (see above)"
+  )
   args = parser.parse_args(argv)
 
   from fedmf.cli.simulate import default_config_path
   from fedmf.program.config import load_config
-  from fedmf.program.simulate import run_simulation
+  from fedmf.program.simulate import config_record, run_simulation
 
   out = Path(args.out)
   (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -77,13 +92,17 @@ def main(argv=None) -> int:
         ],
       )
       start = time.perf_counter()
-      summary = run_simulation(
-        config,
-        run_dir,
-        progress=False,
-        force=True,
-        log=lambda line: print(f"  {line}", file=sys.stderr),
-      )
+      if args.reuse and _finished_with(run_dir, config_record(config)):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        print(f"  reusing {run_dir}", file=sys.stderr)
+      else:
+        summary = run_simulation(
+          config,
+          run_dir,
+          progress=False,
+          force=True,
+          log=lambda line: print(f"  {line}", file=sys.stderr),
+        )
       curve = _accuracy_curve(run_dir)
       records.append(
         {
@@ -94,7 +113,7 @@ def main(argv=None) -> int:
           "final_test_accuracy": summary["final_test_accuracy"],
           "best_test_accuracy": max(curve.values()) if curve else None,
           "audited_epsilon": summary["audit"]["epsilon"],
-          "seconds": time.perf_counter() - start,
+          "seconds": summary.get("seconds", time.perf_counter() - start),
           "curve": curve,
         }
       )

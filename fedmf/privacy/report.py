@@ -591,7 +591,7 @@ _FIGURES = (
   (
     "epsilon",
     "Privacy over rounds",
-    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε, dotted: the budget.",
+    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε; dotted (when a budget is given, --max-epsilon): the budget.",
   ),
   (
     "participations",
