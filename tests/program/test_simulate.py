@@ -273,3 +273,33 @@ def test_own_data_example_runs(tmp_path, capsys, cache_dir):
   assert summary["rounds_completed"] == 4 and summary["violations"] == 0
   ids = participation_log.read_participation_log(tmp_path / "own" / "participation.csv")
   assert all(c.startswith("user-") for c in ids.column("client_id").to_pylist())
+
+
+def test_compare_mechanisms_runs_each_mechanism_at_the_same_epsilon_and_reuses(
+  tmp_path, capsys, cache_dir
+):
+  import importlib.util
+  from pathlib import Path
+
+  path = Path(__file__).resolve().parents[2] / "simulations" / "compare_mechanisms.py"
+  spec = importlib.util.spec_from_file_location("compare_mechanisms", path)
+  compare = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(compare)
+  out = tmp_path / "compare"
+  args = ["--out", str(out), "--seeds", "0", "--mechanisms", "dpsgd,blt", "--epsilon", "6"]
+  for item in TINY:
+    args += ["--set", item]
+  assert compare.main(args) == 0
+  first = json.loads((out / "results.json").read_text())
+  assert [r["mechanism"] for r in first] == ["dpsgd", "blt"]
+  for r in first:  # Calibrated alike; the realized participation may cost less than planned.
+    summary = json.loads((out / "runs" / f"{r['mechanism']}-seed0" / "summary.json").read_text())
+    assert abs(summary["planned_epsilon"] - 6) < 0.05
+    assert 0 < r["audited_epsilon"] <= summary["planned_epsilon"] + 1e-9
+  assert first[0]["noise_multiplier"] != first[1]["noise_multiplier"]
+  table = (out / "results.md").read_text()
+  assert "| dpsgd |" in table and "| blt |" in table and (out / "accuracy.png").stat().st_size
+  capsys.readouterr()
+  assert compare.main(args + ["--reuse"]) == 0
+  assert capsys.readouterr().err.count("reusing") == 2
+  assert json.loads((out / "results.json").read_text()) == first
