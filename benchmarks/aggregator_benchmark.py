@@ -297,7 +297,8 @@ def _build_arm(name, model, shapes, model_fn, runner):
   if name == 'tff-gaussian-fixed':
     return _FedAvgArm(name, model_fn, factories.gaussian_fixed(SIGMA, CPR, CLIP))
   if name == 'tff-tree':
-    specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
+    # The FunctionalModel's update is a tuple of tensors; the record specs must match it.
+    specs = tuple(tf.TensorSpec(s, tf.float32) for s in shapes)
     agg = factories.tree_aggregation(SIGMA, CPR, CLIP, specs, noise_seed=1, use_efficient=True)
     return _FedAvgArm(name, model_fn, agg)
   kind, mech = name.split('-', 1)
