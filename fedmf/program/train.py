@@ -176,7 +176,7 @@ def restore_state(run: loop.TrainingRun, state: dict) -> tuple[ParticipationIter
   run.server.round = int(state["round"])
   seed = int(np.uint64(state["noise_seed"]))
   if run.noise is not None:
-    run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed)
+    run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed, overlap=True)
     run.noise.restore([np.asarray(x) for x in state["noise"]])
   meter = state["meter"]
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
@@ -369,7 +369,7 @@ def run_training(
           run.participation = iterator.model
           seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
           if run.noise is not None:
-            run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed)
+            run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed, overlap=True)
           template = program_state(run, iterator, seed, math.nan)
           loaded, version = asyncio.run(state_manager.load_latest(template))
           if loaded is None:
@@ -427,6 +427,8 @@ def run_training(
           finally:
             bar.close()
             journal.close()
+            if run.noise is not None:
+              run.noise.close()
       finally:
         if pool is not None:
           pool.close()
