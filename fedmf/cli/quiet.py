@@ -16,6 +16,12 @@ import signal
 import sys
 import threading
 
+# gRPC's fork handlers print "Other threads are currently calling into gRPC, skipping fork()
+# handlers" whenever fedmf starts a worker_binary from a process with gRPC threads; the children
+# exec at once and never use gRPC across the fork, so the handlers have nothing to do. Read by gRPC
+# when it initializes, hence set when this module (imported by the CLI first) is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 # TensorFlow 2.14 prints these while it is imported, on every machine without a GPU, whatever
 # TF_CPP_MIN_LOG_LEVEL says (the cuDNN/cuFFT/cuBLAS factories register twice); none says anything
 # about the run. Matched line by line: any other line of the import passes through unchanged.

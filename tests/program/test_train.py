@@ -136,6 +136,7 @@ def test_budget_guard_stops_at_the_last_round_within_the_budget(tmp_path, capsys
   assert code == 0, capsys.readouterr().err
   summary = json.loads((root / "summary.json").read_text())
   assert summary["stopped_by_budget"]
+  assert 0 <= summary["final_test_accuracy"] <= 1  # The released final model, evaluated.
   done = summary["rounds_completed"]
   assert 0 < done < 30
   strategy = json.loads((root / "strategy.json").read_text())
