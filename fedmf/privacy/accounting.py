@@ -325,7 +325,8 @@ def account_sensitivity(
   )
 
 
-def _accounting_of(sens, sigma: float, delta: float, accountant: str) -> GaussianAccounting:
+def account_estimate(sens, sigma: float, delta: float, accountant: str) -> GaussianAccounting:
+  """`account_sensitivity` of a sensitivity estimate (value, method and algorithm carried over)."""
   return account_sensitivity(
     sens.value,
     sigma,
@@ -358,7 +359,7 @@ def account(
   sigma = validate_noise_multiplier(noise_multiplier)
   delta = validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
-  return _accounting_of(sens, sigma, delta, accountant)
+  return account_estimate(sens, sigma, delta, accountant)
 
 
 # PLD checks after the analytic calibration: three steps of 1e-4, then doubling steps (σ may end up
@@ -388,7 +389,7 @@ def calibrate_noise_multiplier(
   mu = gaussian_mu_for_epsilon(target_epsilon, delta)
   _check_mu(mu, f"target epsilon {target_epsilon:g} is too large to calibrate")
   sigma = sens.value / mu * (1.0 + 1e-12)
-  result = _accounting_of(sens, sigma, delta, accountant)
+  result = account_estimate(sens, sigma, delta, accountant)
   step, grids = 1e-4, 1
   for attempt in range(_CALIBRATION_STEPS):
     if result.epsilon <= target_epsilon:
@@ -402,7 +403,7 @@ def calibrate_noise_multiplier(
     sigma *= 1.0 + step
     if attempt >= 2:
       step *= 2.0
-    result = _accounting_of(sens, sigma, delta, accountant)
+    result = account_estimate(sens, sigma, delta, accountant)
   if result.epsilon <= target_epsilon:
     return result
   # Never report an uncalibrated σ as calibrated.

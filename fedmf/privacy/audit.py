@@ -1119,14 +1119,7 @@ def _account(
         "analytic Gaussian curve instead, which PLD only approximates from above"
       )
       accountant = "analytic"
-  return accounting.account_sensitivity(
-    sens.value,
-    sigma,
-    delta,
-    sensitivity_method=sens.method,
-    sensitivity_algorithm=sens.algorithm,
-    accountant=accountant,
-  )
+  return accounting.account_estimate(sens, sigma, delta, accountant)
 
 
 def _audit(

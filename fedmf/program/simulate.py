@@ -180,7 +180,14 @@ def finish(
     )
   else:
     outputs.write_json(out / "audit.json", audit_dict)
-  evaluated = [r for r in records if r.accuracy is not None]
+  # The final accuracy is the final model's: the last round's evaluation, or, when the last round
+  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now.
+  final_accuracy = final_loss = None
+  if records and records[-1].accuracy is not None:
+    final_accuracy, final_loss = records[-1].accuracy, records[-1].test_loss
+  elif records:
+    final = run.task.evaluate(run.server.weights)
+    final_accuracy, final_loss = final["accuracy"], final["loss"]
   counts = result.violation_counts()
   summary = {
     "rounds": c.rounds,
@@ -197,8 +204,8 @@ def finish(
     "delta": c.delta,
     "accounting": p.accounting,
     "initial_test_accuracy": initial["accuracy"],
-    "final_test_accuracy": evaluated[-1].accuracy if evaluated else None,
-    "final_test_loss": evaluated[-1].test_loss if evaluated else None,
+    "final_test_accuracy": final_accuracy,
+    "final_test_loss": final_loss,
     "accuracy_note": run.task.accuracy_note,
     "refused_checkins": int(sum(r.refused_checkins for r in records)),
     "early_checkins_admitted": int(sum(r.early_admitted for r in records)),

@@ -449,26 +449,19 @@ def _finish(
   """The audit of the whole participation log, the report and summary.json."""
   from fedmf.program import simulate  # pylint: disable=g-import-not-at-top
 
-  records = _all_records(root)
-  extra = {
-    "stopped_by_budget": result["stopped_by_budget"],
-    "budget_epsilon": run.config.budget.epsilon,
-    "workers": run.config.workers,
-  }
-  if records and records[-1].accuracy is None:
-    # The last round was not an evaluation round (a budget stop, or rounds not a multiple of
-    # eval_every): the released final model is evaluated here, for the summary only.
-    final = run.task.evaluate(run.server.weights)
-    extra.update(final_test_accuracy=final["accuracy"], final_test_loss=final["loss"])
   return simulate.finish(
     run,
     root,
-    records,
+    _all_records(root),
     {"accuracy": initial_accuracy},
     seconds,
     report=True,
     log=log,
-    extra=extra,
+    extra={
+      "stopped_by_budget": result["stopped_by_budget"],
+      "budget_epsilon": run.config.budget.epsilon,
+      "workers": run.config.workers,
+    },
   )
 
 
