@@ -32,6 +32,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
   "fedmf.cli.audit",
   "fedmf.cli.simulate",
   "fedmf.cli.train",
+  "fedmf.cli.worker",
 )
 
 

@@ -44,6 +44,22 @@ class BudgetConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class WorkerTLSConfig:
+  """`worker_tls:` PEM files for mutual TLS with remote workers (see deploy/README.md)."""
+
+  ca: str = ""  # the CA that signed the workers' certificates
+  cert: str = ""  # the coordinator's client certificate
+  key: str = ""  # its private key
+
+
+# `workers`: a count of local workers, or the "host:port" addresses of `fedmf worker` services.
+WorkersValue = typing.Union[int, tuple[str, ...]]
+# Keys that say where a run executes, not what it computes (the model is bit-identical whatever
+# they are): a resumed run may change them.
+PLATFORM_KEYS = ("workers", "worker_tls", "worker_timeout_s", "worker_isolation")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainingConfig:
   """A simulation or training run (see docs/simulation.md for every key).
 
@@ -65,8 +81,14 @@ class TrainingConfig:
     warmup_fraction, cooldown_fraction, cooldown_factor, zeroing_linf (updates whose largest
     |entry| exceeds it are zeroed; None disables).
   Randomness: seed (data, model initialization and cohorts); noise_seed (None: OS randomness).
-  Program: checkpoint_every (rounds), budget.epsilon, workers (0: in process; W: W local TFF
-    worker processes).
+  Program: checkpoint_every (rounds), budget.epsilon.
+  Platform (the model is bit-identical whatever they are): workers (0: one local TFF worker;
+    W: W local workers; a list of "host:port": `fedmf worker` services on other hosts), worker_tls
+    ({ca, cert, key}: mutual TLS with them, required for non-loopback addresses), worker_timeout_s
+    (a chunk of clients not finished by then goes to another worker), worker_isolation
+    (namespace: local workers run in a network namespace of their own, refusing to start where
+    none can be made; none: accept TFF's open port there). clients_per_call: clients per TFF call
+    (the chunks whose sums are added in order; default per model), which fixes the float sums.
   """
 
   task: str = "synthetic"
@@ -103,7 +125,11 @@ class TrainingConfig:
   participation: ParticipationConfig = ParticipationConfig()
   checkpoint_every: int = 10
   budget: BudgetConfig = BudgetConfig()
-  workers: int = 0
+  workers: WorkersValue = 0
+  worker_tls: Optional[WorkerTLSConfig] = None
+  worker_timeout_s: float = 600.0
+  worker_isolation: str = "namespace"
+  clients_per_call: Optional[int] = None
 
   # --- derived ------------------------------------------------------------------------------
 
@@ -135,7 +161,7 @@ class TrainingConfig:
     for key in ("bands", "buffers", "reference_clients_per_round"):
       if getattr(self, key) is not None:
         _at_least(key, getattr(self, key), 1)
-    _at_least("workers", self.workers, 0)
+    self._check_platform()
     if self.clients_per_round > self.num_clients:
       raise ConfigError(
         f"clients_per_round ({self.clients_per_round}) exceeds num_clients ({self.num_clients})"
@@ -183,6 +209,38 @@ class TrainingConfig:
     if self.strategy is not None:
       self._check_strategy_file()
     return self
+
+  def _check_platform(self) -> None:
+    from fedmf.tff import channels, sandbox  # pylint: disable=g-import-not-at-top  (no TF import)
+
+    if self.clients_per_call is not None:
+      _at_least("clients_per_call", self.clients_per_call, 1)
+    _positive("worker_timeout_s", self.worker_timeout_s)
+    _choice("worker_isolation", self.worker_isolation, sandbox.ISOLATION_POLICIES)
+    tls = None
+    if self.worker_tls is not None:
+      try:
+        tls = channels.TLSFiles.from_mapping(dataclasses.asdict(self.worker_tls))
+      except FedmfUserError as e:
+        raise ConfigError(str(e)) from None
+    if isinstance(self.workers, int):
+      _at_least("workers", self.workers, 0)
+      return
+    if not self.workers:
+      raise ConfigError("workers must be a count >= 0 or a non-empty list of 'host:port'")
+    try:
+      channels.check_remote_workers(self.workers, tls)
+    except FedmfUserError as e:
+      raise ConfigError(f"workers: {e}") from None
+
+  @property
+  def worker_tls_files(self):
+    """`worker_tls` as `fedmf.tff.channels.TLSFiles` (None without it)."""
+    if self.worker_tls is None:
+      return None
+    from fedmf.tff import channels  # pylint: disable=g-import-not-at-top
+
+    return channels.TLSFiles.from_mapping(dataclasses.asdict(self.worker_tls))
 
   def _check_strategy_file(self) -> None:
     """Loads the strategy file now, before any work: a file that does not load, a strategy that
@@ -234,6 +292,12 @@ def _positive(key: str, value: float) -> None:
 
 def _coerce(key: str, value: Any, annotation: Any) -> Any:
   """`value` as the field type `annotation` (ints, floats, strings, bools, Optional, sections)."""
+  if annotation == WorkersValue:
+    if isinstance(value, (list, tuple)):
+      if not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key} must list 'host:port' strings, got {_shown(value)}")
+      return tuple(value)
+    return _coerce(key, value, int)
   origin = typing.get_origin(annotation)
   if origin in (typing.Union, types.UnionType):
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -299,7 +363,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     value = yaml.safe_load(raw) if raw.strip() else None
   except yaml.YAMLError:
     value = raw
-  if isinstance(value, (dict, list)):
+  if isinstance(value, dict) or isinstance(value, list) and key.strip() != "workers":
     raise ConfigError(f"--set {key}: expected a single value, got {raw!r}")
   return key.strip().split("."), value
 

@@ -151,7 +151,9 @@ def build_run(
     clip_norm=config.clip_norm,
     zeroing_linf=config.zeroing_linf,
   )
-  runner = RoundRunner(client_round, shapes, CLIENTS_PER_CALL.get(getattr(task, 'preset', None)))
+  # The chunks fix the order of the float sums: the same whatever the platform (workers).
+  clients_per_call = config.clients_per_call or CLIENTS_PER_CALL.get(getattr(task, "preset", None))
+  runner = RoundRunner(client_round, shapes, clients_per_call)
   stream = strategy.noise_stream(config.rounds)
   model_bytes = 4.0 * sum(int(np.prod(s)) for s in shapes)
   buffers = stream.model_buffers(config.rounds)

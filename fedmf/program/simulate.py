@@ -85,13 +85,14 @@ def run_simulation(
   `task`: your own `fedmf.tasks.Task` instead of the config's (docs/simulation.md).
   """
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
-  from fedmf.tff.context import local_execution_context  # pylint: disable=g-import-not-at-top
+  from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
   out = Path(out_dir)
   outputs.check_output_dir(out, force, RUN_FILES)
   start = time.perf_counter()
-  with local_execution_context():
+  with platform.execution(config) as pool:
     run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
+    platform.attach(run, pool)
     out.mkdir(parents=True, exist_ok=True)
     outputs.write_json(out / "config.json", config_record(config))
     outputs.write_json(out / run_dir.PLAN_FILE, plan_record(run))

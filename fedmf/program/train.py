@@ -49,7 +49,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.program import loop
 from fedmf.program import outputs
 from fedmf.program import server as server_lib
-from fedmf.program.config import TrainingConfig
+from fedmf.program.config import PLATFORM_KEYS, TrainingConfig
 from fedmf.program.data_source import ParticipationIterator
 
 logger = logging.getLogger("fedmf.train")
@@ -288,6 +288,9 @@ def _check_config(root: Path, config: TrainingConfig) -> bool:
     return False
   saved = json.loads(path.read_text())
   current = json.loads(json.dumps(config.to_dict()))
+  for key in PLATFORM_KEYS:  # Where the run executes may change between attempts.
+    saved.pop(key, None)
+    current.pop(key, None)
   if saved != current:
     changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
     raise ResumeError(
@@ -313,14 +316,6 @@ def _released_rows(root: Path) -> int:
   )
 
 
-def _make_runner(run: loop.TrainingRun, pool):
-  if pool is None:
-    return run.runner
-  from fedmf.tff import workers  # pylint: disable=g-import-not-at-top
-
-  return workers.PoolRunner(run.runner.client_round, run.shapes, run.runner.clients_per_call, pool)
-
-
 def run_training(
   config: TrainingConfig, root: str | Path, *, progress: bool = True, log=print
 ) -> dict[str, Any]:
@@ -329,8 +324,7 @@ def run_training(
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
   from fedmf.program import simulate  # pylint: disable=g-import-not-at-top
-  from fedmf.tff.context import local_execution_context  # pylint: disable=g-import-not-at-top
-  from fedmf.tff.workers import WorkerPool  # pylint: disable=g-import-not-at-top
+  from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
   root = Path(root)
   old_umask = os.umask(0o077)  # Checkpoints hold the noise seed: owner-only files.
@@ -342,96 +336,83 @@ def run_training(
       os.chmod(state_dir, 0o700)
       _clean_temp_states(state_dir)
       start = time.perf_counter()
-      pool = WorkerPool(config.workers, log_dir=str(root)) if config.workers else None
-      context = contextlib.nullcontext() if pool is not None else local_execution_context()
-      try:
-        with context:
-          run = loop.build_run(config)
-          if config.workers:
-            from fedmf.tff import workers  # pylint: disable=g-import-not-at-top
-
-            run.runner.clients_per_call = run.runner.clients_per_call or None
-            run.runner.clients_per_call = workers.default_clients_per_call(
-              config.clients_per_round, config.workers, run.runner.clients_per_call
+      with platform.execution(config, log_dir=str(root)) as pool:
+        run = loop.build_run(config)
+        platform.attach(run, pool)
+        state_manager = tff.program.FileProgramStateManager(
+          str(state_dir), keep_total=3, keep_first=True
+        )
+        iterator = ParticipationIterator.create(
+          config.participation,
+          run.task.num_clients,
+          config.clients_per_round,
+          config.seed,
+          loop.poisson_groups(config),
+          client_id=run.task.client_id,
+        )
+        run.participation = iterator.model
+        seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
+        if run.noise is not None:
+          run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed, overlap=True)
+        template = program_state(run, iterator, seed, math.nan)
+        loaded, version = asyncio.run(state_manager.load_latest(template))
+        if loaded is None:
+          if _released_rows(root) or participation_log.csv_rounds(root / "participation.csv"):
+            raise ResumeError(
+              f"{root} has released rounds but no checkpoint: restarting would release them "
+              "again with new noise; refusing to start (use a new --root)"
             )
-          run.runner = _make_runner(run, pool)
-          state_manager = tff.program.FileProgramStateManager(
-            str(state_dir), keep_total=3, keep_first=True
-          )
-          iterator = ParticipationIterator.create(
-            config.participation,
-            run.task.num_clients,
-            config.clients_per_round,
-            config.seed,
-            loop.poisson_groups(config),
-            client_id=run.task.client_id,
-          )
-          run.participation = iterator.model
-          seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
+          initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
+          asyncio.run(state_manager.save(program_state(run, iterator, seed, initial_accuracy), 0))
+          version = 0
+          log(f"starting {config.rounds} rounds in {root}")
+        else:
+          iterator, seed, initial_accuracy = restore_state(run, loaded)
+          iterator.client_id = run.task.client_id
+          log(f"resuming {root} after round {version} of {config.rounds}")
+        if not resuming:
+          outputs.write_json(root / "config.json", config.to_dict())
+        outputs.write_json(root / "plan.json", simulate.plan_record(run))
+        strategies.save_strategy(run.plan.strategy, root / "strategy.json")
+        for line in simulate.describe_plan(run):
+          log(line)
+        participation_log.truncate_csv_by_round(root / "metrics.csv", version)
+        metrics = [
+          tff.program.CSVFileReleaseManager(
+            str(root / "metrics.csv"),
+            save_mode=tff.program.CSVSaveMode.APPEND,
+            key_fieldname="round",
+          ),
+          tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
+        ]
+        journal = ReleaseJournal(root / JOURNAL)
+        bar = outputs.Progress(
+          config.rounds, enabled=progress, every=config.eval_every, initial=version
+        )
+        try:
+          with participation_log.AppendableParticipationLog(
+            root / "participation.csv", resume_below=version
+          ) as plog:
+            result = asyncio.run(
+              train_program(
+                run,
+                iterator=iterator,
+                seed=seed,
+                initial_accuracy=initial_accuracy,
+                state_manager=state_manager,
+                metrics_managers=metrics,
+                model_manager=ModelReleaseManager(root / "release"),
+                participation_log=plog,
+                journal=journal,
+                progress=bar,
+                budget=config.budget.epsilon,
+              )
+            )
+        finally:
+          bar.close()
+          journal.close()
           if run.noise is not None:
-            run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed, overlap=True)
-          template = program_state(run, iterator, seed, math.nan)
-          loaded, version = asyncio.run(state_manager.load_latest(template))
-          if loaded is None:
-            if _released_rows(root) or participation_log.csv_rounds(root / "participation.csv"):
-              raise ResumeError(
-                f"{root} has released rounds but no checkpoint: restarting would release them "
-                "again with new noise; refusing to start (use a new --root)"
-              )
-            initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
-            asyncio.run(state_manager.save(program_state(run, iterator, seed, initial_accuracy), 0))
-            version = 0
-            log(f"starting {config.rounds} rounds in {root}")
-          else:
-            iterator, seed, initial_accuracy = restore_state(run, loaded)
-            iterator.client_id = run.task.client_id
-            log(f"resuming {root} after round {version} of {config.rounds}")
-          if not resuming:
-            outputs.write_json(root / "config.json", config.to_dict())
-          outputs.write_json(root / "plan.json", simulate.plan_record(run))
-          strategies.save_strategy(run.plan.strategy, root / "strategy.json")
-          for line in simulate.describe_plan(run):
-            log(line)
-          participation_log.truncate_csv_by_round(root / "metrics.csv", version)
-          metrics = [
-            tff.program.CSVFileReleaseManager(
-              str(root / "metrics.csv"),
-              save_mode=tff.program.CSVSaveMode.APPEND,
-              key_fieldname="round",
-            ),
-            tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
-          ]
-          journal = ReleaseJournal(root / JOURNAL)
-          bar = outputs.Progress(
-            config.rounds, enabled=progress, every=config.eval_every, initial=version
-          )
-          try:
-            with participation_log.AppendableParticipationLog(
-              root / "participation.csv", resume_below=version
-            ) as plog:
-              result = asyncio.run(
-                train_program(
-                  run,
-                  iterator=iterator,
-                  seed=seed,
-                  initial_accuracy=initial_accuracy,
-                  state_manager=state_manager,
-                  metrics_managers=metrics,
-                  model_manager=ModelReleaseManager(root / "release"),
-                  participation_log=plog,
-                  journal=journal,
-                  progress=bar,
-                  budget=config.budget.epsilon,
-                )
-              )
-          finally:
-            bar.close()
-            journal.close()
-            if run.noise is not None:
-              run.noise.close()
-      finally:
-        if pool is not None:
-          pool.close()
+            run.noise.close()
       return _finish(run, root, result, initial_accuracy, time.perf_counter() - start, log=log)
   finally:
     os.umask(old_umask)

@@ -1,21 +1,30 @@
 """fedmf layer 3: TensorFlow Federated aggregators, noise streams and execution contexts.
 
-See docs/architecture.md. Importing this package imports TensorFlow and TFF.
+See docs/architecture.md. The names below import TensorFlow and TFF when first used (PEP 562), so
+that `fedmf worker` and other TF-free modules of this package (`sandbox`, `channels`, `front`)
+start without them.
 
   build_dp_aggregator       the correlated-noise DP mean, a `tff.aggregators` factory.
   build_dp_fed_avg          FedAvg whose model update mean is that aggregator.
-  local_execution_context   an owned local C++ context that stops its `worker_binary` on exit.
+  local_execution_context   an owned local C++ context (its `worker_binary` isolated in a network
+                            namespace of its own) that stops its worker on exit.
   ensure_context            the same, installed as TFF's default for command-line programs.
 """
 
-from fedmf.tff.aggregators import CorrelatedNoiseFactory, build_dp_aggregator
-from fedmf.tff.context import ensure_context, local_execution_context
-from fedmf.tff.learning import build_dp_fed_avg
+import importlib
 
-__all__ = [
-  'CorrelatedNoiseFactory',
-  'build_dp_aggregator',
-  'build_dp_fed_avg',
-  'ensure_context',
-  'local_execution_context',
-]
+_EXPORTS = {
+  'CorrelatedNoiseFactory': 'fedmf.tff.aggregators',
+  'build_dp_aggregator': 'fedmf.tff.aggregators',
+  'build_dp_fed_avg': 'fedmf.tff.learning',
+  'ensure_context': 'fedmf.tff.context',
+  'local_execution_context': 'fedmf.tff.context',
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+  if name in _EXPORTS:
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -13,6 +13,10 @@ This module builds the same stack as
 same remote executor), but it owns the worker process:
 
 * the worker's stdout/stderr go to /dev/null (or a log file), never to our pipes;
+* the worker runs in a network namespace of its own and is reached through a
+  0600 Unix socket (`fedmf.tff.sandbox`): nothing of the run listens on the
+  network, where TFF's own context opens an unauthenticated port on every
+  interface;
 * on Linux the worker gets `PR_SET_PDEATHSIG = SIGKILL`, so it dies with the
   thread that started it even if Python is killed with SIGKILL;
 * `LocalExecutionContext.close()` (called on exiting `local_execution_context()`)
@@ -32,11 +36,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -44,8 +44,9 @@ from collections.abc import Iterator
 from typing import Optional
 
 import grpc
-import portpicker
 import tensorflow_federated as tff
+
+from fedmf.tff import sandbox
 
 # TFF-internal modules: the same ones `create_sync_local_cpp_execution_context`
 # uses (TFF is pinned to 0.87.0 in pyproject.toml).
@@ -72,7 +73,6 @@ _GRPC_CHANNEL_OPTIONS = [
 ]
 _READY_POLL_SEC = 0.05
 _READY_TIMEOUT_SEC = 120.0
-_PR_SET_PDEATHSIG = 1
 
 
 def worker_binary_path() -> str:
@@ -80,57 +80,54 @@ def worker_binary_path() -> str:
   return os.path.normpath(os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary'))
 
 
-def _set_pdeathsig() -> None:  # Runs in the child between fork and exec.
-  try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-  except Exception:  # pylint: disable=broad-except
-    pass
-
-
 class _WorkerService:
-  """Starts, restarts and stops one `worker_binary` gRPC service."""
+  """Starts, restarts and stops one isolated `worker_binary` (`fedmf.tff.sandbox`)."""
 
-  def __init__(self, max_concurrent_computation_calls: int, log_path: Optional[str]):
+  def __init__(
+    self,
+    max_concurrent_computation_calls: int,
+    log_path: Optional[str],
+    isolation: Optional[str] = None,
+  ):
     self._max_calls = max_concurrent_computation_calls
     self._log_path = log_path
+    self._isolation = isolation
     self._lock = threading.RLock()
-    self._process: Optional[subprocess.Popen] = None
+    self._worker: Optional[sandbox.IsolatedWorker] = None
     self._channel: Optional[grpc.Channel] = None
     self._stub = None
     self._closed = False
 
   @property
   def pid(self) -> Optional[int]:
-    return None if self._process is None else self._process.pid
+    """PID of the process fedmf started (the namespace's bridge, parent of worker_binary)."""
+    return None if self._worker is None else self._worker.pid
+
+  @property
+  def process(self):
+    return None if self._worker is None else self._worker.process
+
+  @property
+  def address(self) -> Optional[str]:
+    return None if self._worker is None else self._worker.address
 
   def _start(self) -> None:
     binary = worker_binary_path()
     if not os.path.isfile(binary):
       raise RuntimeError(f'TFF worker binary not found at {binary}.')
-    port = portpicker.pick_unused_port()
-    if self._log_path:
-      out = open(self._log_path, 'ab')  # pylint: disable=consider-using-with
-    else:
-      out = subprocess.DEVNULL
-    try:
-      self._process = subprocess.Popen(  # pylint: disable=consider-using-with
-        [binary, f'--port={port}', f'--max_concurrent_computation_calls={self._max_calls}'],
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=out,
-        close_fds=True,
-        preexec_fn=_set_pdeathsig if sys.platform.startswith('linux') else None,
-      )
-    finally:
-      if out is not subprocess.DEVNULL:
-        out.close()
-    self._channel = grpc.insecure_channel(f'localhost:{port}', _GRPC_CHANNEL_OPTIONS)
+    self._worker = sandbox.IsolatedWorker(
+      binary,
+      [f'--max_concurrent_computation_calls={self._max_calls}'],
+      log_path=self._log_path,
+      policy=self._isolation,
+      ready_timeout_s=_READY_TIMEOUT_SEC,
+    )
+    self._channel = grpc.insecure_channel(self._worker.address, _GRPC_CHANNEL_OPTIONS)
     self._stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
     deadline = time.monotonic() + _READY_TIMEOUT_SEC
     while not self._stub.is_ready:
-      if self._process.poll() is not None:
-        raise RuntimeError(f'TFF worker_binary exited with code {self._process.returncode}.')
+      if self._worker.process.poll() is not None:
+        raise RuntimeError(f'TFF worker_binary exited with code {self._worker.process.returncode}.')
       if time.monotonic() > deadline:
         self._stop_process()
         raise RuntimeError('TFF worker_binary did not become ready in time.')
@@ -152,18 +149,9 @@ class _WorkerService:
         self._channel.close()
     self._channel = None
     self._stub = None
-    proc, self._process = self._process, None
-    if proc is None or proc.poll() is not None:
-      return
-    # SIGINT is what TFF itself sends; escalate to SIGKILL if it lingers.
-    with contextlib.suppress(ProcessLookupError):
-      proc.send_signal(signal.SIGINT)
-    try:
-      proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-      with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-      proc.wait()
+    worker, self._worker = self._worker, None
+    if worker is not None:
+      worker.close(timeout)
 
   def close(self) -> None:
     with self._lock:
@@ -208,8 +196,9 @@ class LocalExecutionContext(tff.framework.SyncExecutionContext):
     default_num_clients: int = 0,
     max_concurrent_computation_calls: int = -1,
     log_path: Optional[str] = None,
+    isolation: Optional[str] = None,
   ):
-    self._service = _WorkerService(max_concurrent_computation_calls, log_path)
+    self._service = _WorkerService(max_concurrent_computation_calls, log_path, isolation)
     super().__init__(**context_kwargs(self._service, default_num_clients))
     # Start now, from the calling (usually main) thread: PR_SET_PDEATHSIG is
     # tied to the thread that forks, and the main thread lives longest.
@@ -254,7 +243,8 @@ def local_execution_context(**kwargs) -> Iterator[LocalExecutionContext]:
 
   Args:
     **kwargs: `default_num_clients`, `max_concurrent_computation_calls`,
-      `log_path` (worker stdout/stderr; default /dev/null).
+      `log_path` (worker stdout/stderr; default /dev/null), `isolation`
+      ("namespace" or "none"; see `fedmf.tff.sandbox`).
 
   Yields:
     The installed `LocalExecutionContext`.

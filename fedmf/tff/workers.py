@@ -1,111 +1,217 @@
-"""Several local TFF workers: `worker_binary` executor services on 127.0.0.1, owned by fedmf.
+"""Several TFF workers: local isolated `worker_binary` services, or `fedmf worker`s by address.
 
-One concept: scaling the federated part of a round out on TFF's own runtime. `WorkerPool(W)` starts
-W `worker_binary` gRPC services (the C++ executor TFF ships) from the calling thread, each with a
-`tff.framework.AsyncExecutionContext` over it. `PoolRunner` spreads a round's chunks of clients over
-the workers and adds the chunk sums on the host in chunk order, so the result does not depend on
-which worker finishes first (TFF's mergeable context merges in completion order, which is not
-bit-reproducible beyond two workers) and equals the in-process result for the same chunks.
+One concept: scaling the federated part of a round out on TFF's own runtime. A `WorkerPool` is
+either W local `worker_binary` services (each in a network namespace of its own, reached through a
+0600 Unix socket: `fedmf.tff.sandbox`) or a list of `host:port` addresses of `fedmf worker`
+services on other hosts, reached over mutual TLS (`fedmf.tff.channels`). Each worker gets its own
+synchronous TFF execution context (`tff.framework.RemoteExecutor` over a gRPC stub).
 
-Every worker fedmf starts, fedmf stops: on `close()`, at interpreter exit, on the SIGTERM/SIGINT the
-CLI turns into exceptions, and on SIGKILL of Python (PR_SET_PDEATHSIG, set in the child; it fires
-when the forking thread ends, so workers are started from the main thread). TFF retries a call to
-a dead worker forever, so a watchdog thread notices a worker that died and interrupts the program
-with SIGTERM; rerunning `fedmf train` resumes from its last checkpoint.
+`PoolRunner` runs a round's chunks of clients on the workers and adds the chunk sums on the host in
+chunk order. The chunks are the in-process runner's (`RoundRunner.chunks`: a size that does not
+depend on the number of workers), and each chunk's sum is computed by the same C++ computation
+whichever worker runs it, so on the same hardware the model is bit-identical with 0, 1, 2 or 5
+workers, and after a worker is lost midway.
+
+Faults: a chunk that a worker does not finish within `timeout_s`, or whose worker fails or stays
+unreachable for `unreachable_grace_s`, is taken back and given to another worker; the lost worker
+is not used again in this run. When no worker is left, `WorkersLostError` names the lost addresses
+and the round is not released. (TFF itself retries calls to an unreachable worker forever, which is
+why the pool keeps its own deadlines.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
 import logging
 import os
-import signal
 import threading
-from typing import Callable, Optional, Sequence
+import time
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow_federated as tff
 
+from fedmf.tff import channels
 from fedmf.tff import context as context_lib
 from fedmf.tff.runner import RoundResult, RoundRunner, add_chunk_result
 
 logger = logging.getLogger("fedmf.workers")
 
+DEFAULT_TIMEOUT_S = 600.0
+_UNREACHABLE_GRACE_S = 5.0
+_POLL_S = 0.2
+
+
+class WorkersLostError(RuntimeError):
+  """Every worker of the pool was lost; the round cannot be completed (nothing was released)."""
+
+
+class _StubSource:
+  """What `context_lib.context_kwargs` needs: `get_stub()`, for a worker reached by address."""
+
+  def __init__(self, target: str, tls: Optional[channels.TLSFiles]):
+    self.channel = channels.open_channel(target, tls)
+    self.stub = tff.framework.RemoteExecutorGrpcStub(self.channel)
+
+  def get_stub(self):
+    return self.stub
+
+  def close(self) -> None:
+    with contextlib.suppress(Exception):
+      self.channel.close()
+
+
+@dataclasses.dataclass
+class _Worker:
+  name: str
+  source: object  # _StubSource or context_lib._WorkerService
+  context: tff.framework.SyncExecutionContext
+  thread: concurrent.futures.ThreadPoolExecutor
+  lost: Optional[str] = None
+  unreachable_since: Optional[float] = None
+
+  @property
+  def is_ready(self) -> bool:
+    stub = getattr(self.source, "stub", None) or getattr(self.source, "_stub", None)
+    return bool(stub is not None and stub.is_ready)
+
 
 class WorkerPool:
-  """W owned `worker_binary` services and one async execution context per worker."""
+  """Workers to run chunks on: `workers` = a count (local, isolated) or `host:port` addresses."""
 
   def __init__(
     self,
-    num_workers: int,
+    workers: Union[int, Sequence[str]],
     *,
+    tls: Optional[channels.TLSFiles] = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    connect_timeout_s: Optional[float] = None,
     default_num_clients: int = 0,
     log_dir: Optional[str] = None,
-    watchdog: bool = True,
+    isolation: Optional[str] = None,
+    unreachable_grace_s: float = _UNREACHABLE_GRACE_S,
   ):
-    if num_workers < 1:
-      raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     if threading.current_thread() is not threading.main_thread():
       raise RuntimeError("start TFF workers from the main thread (PR_SET_PDEATHSIG)")
-    self._services = []
-    self._closing = threading.Event()
+    self.timeout_s = float(timeout_s)
+    self.unreachable_grace_s = float(unreachable_grace_s)
+    self.workers: list[_Worker] = []
     try:
-      for i in range(num_workers):
-        log_path = None if log_dir is None else os.path.join(log_dir, f"worker-{i}.log")
-        service = context_lib._WorkerService(-1, log_path)  # pylint: disable=protected-access
-        self._services.append(service)
-        service.get_stub()  # Start now, from this (main) thread.
+      if isinstance(workers, int):
+        if workers < 1:
+          raise ValueError(f"workers must be >= 1, got {workers}")
+        for i in range(workers):
+          log_path = None if log_dir is None else os.path.join(log_dir, f"worker-{i}.log")
+          service = context_lib._WorkerService(-1, log_path, isolation)  # pylint: disable=protected-access
+          service.get_stub()  # Start now, from this (main) thread.
+          self._add(f"local worker {i}", service, default_num_clients)
+      else:
+        channels.check_remote_workers(workers, tls)
+        for address in workers:
+          self._add(address, _StubSource(address, tls), default_num_clients)
+        self._wait_connected(connect_timeout_s or min(self.timeout_s, 60.0))
     except BaseException:
       self.close()
       raise
-    self.contexts = [
-      tff.framework.AsyncExecutionContext(**context_lib.context_kwargs(s, default_num_clients))
-      for s in self._services
-    ]
     _LIVE.add(self)
-    if watchdog:
-      threading.Thread(target=self._watch, name="fedmf-worker-watchdog", daemon=True).start()
 
-  def event_loop(self) -> asyncio.AbstractEventLoop:
-    """A loop running in a daemon thread, where every call to the workers is awaited."""
-    if getattr(self, "_loop", None) is None:
-      self._loop = asyncio.new_event_loop()
-      threading.Thread(
-        target=self._loop.run_forever, name="fedmf-workers-loop", daemon=True
-      ).start()
-    return self._loop
+  def _add(self, name: str, source, default_num_clients: int) -> None:
+    ctx = tff.framework.SyncExecutionContext(
+      **context_lib.context_kwargs(source, default_num_clients)
+    )
+    thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"fedmf-{name}")
+    self.workers.append(_Worker(name, source, ctx, thread))
+
+  def _wait_connected(self, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+      down = [w.name for w in self.workers if not w.is_ready]
+      if not down:
+        return
+      if time.monotonic() > deadline:
+        raise WorkersLostError(
+          f"worker {down[0]} unreachable after {timeout_s:g} s (is `fedmf worker` running "
+          "there, and do worker_tls and its certificates match?)"
+        )
+      time.sleep(_POLL_S)
+
+  @property
+  def live(self) -> list[_Worker]:
+    return [w for w in self.workers if w.lost is None]
 
   @property
   def pids(self) -> list[int]:
-    return [s.pid for s in self._services if s.pid is not None]
+    return [w.source.pid for w in self.workers if getattr(w.source, "pid", None) is not None]
 
-  def _watch(self) -> None:
-    while not self._closing.wait(0.5):
-      for i, service in enumerate(self._services):
-        proc = service._process  # pylint: disable=protected-access
-        if proc is not None and proc.poll() is not None and not self._closing.is_set():
-          logger.error(
-            "TFF worker %d (pid %d) exited with code %s; stopping the program (rerun "
-            "to resume from the last checkpoint)",
-            i,
-            proc.pid,
-            proc.returncode,
-          )
-          self._closing.set()
-          os.kill(os.getpid(), signal.SIGTERM)
-          return
+  def _lose(self, worker: _Worker, reason: str) -> None:
+    if worker.lost is not None:
+      return
+    worker.lost = reason
+    logger.warning(
+      "TFF worker %s lost (%s); its chunks go to the other workers", worker.name, reason
+    )
+    # Closing its channel fails the call still blocked in its thread (TFF would retry forever).
+    if isinstance(worker.source, _StubSource):
+      worker.source.close()
+    else:
+      with contextlib.suppress(Exception):
+        worker.source._stop_process()  # pylint: disable=protected-access
+    worker.thread.shutdown(wait=False, cancel_futures=True)
+
+  def map_chunks(self, call: Callable[[object, int], object], count: int) -> list:
+    """[call(context, i) for i in range(count)] spread over the live workers, with failover."""
+    pending = collections.deque(range(count))
+    results: dict[int, object] = {}
+    running: dict[concurrent.futures.Future, tuple[_Worker, int, float]] = {}
+    while pending or running:
+      busy = {id(w) for w, _, _ in running.values()}
+      for worker in self.live:
+        if pending and id(worker) not in busy:
+          index = pending.popleft()
+          future = worker.thread.submit(call, worker.context, index)
+          running[future] = (worker, index, time.monotonic())
+      if not running:
+        lost = "; ".join(f"{w.name}: {w.lost}" for w in self.workers if w.lost)
+        raise WorkersLostError(f"no TFF worker left to finish the round (lost {lost})")
+      done, _ = concurrent.futures.wait(
+        running, timeout=_POLL_S, return_when=concurrent.futures.FIRST_COMPLETED
+      )
+      now = time.monotonic()
+      for future in done:
+        worker, index, _ = running.pop(future)
+        try:
+          results[index] = future.result()
+        except Exception as e:  # pylint: disable=broad-except
+          self._lose(worker, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+          pending.appendleft(index)
+      for future, (worker, index, started) in list(running.items()):
+        if worker.is_ready:
+          worker.unreachable_since = None
+        elif worker.unreachable_since is None:
+          worker.unreachable_since = now
+        if now - started > self.timeout_s:
+          reason = f"no answer within worker_timeout_s = {self.timeout_s:g} s"
+        elif (
+          worker.unreachable_since is not None
+          and now - worker.unreachable_since > self.unreachable_grace_s
+        ):
+          reason = f"unreachable for {self.unreachable_grace_s:g} s"
+        else:
+          continue
+        running.pop(future)
+        self._lose(worker, reason)
+        pending.appendleft(index)
+    return [results[i] for i in range(count)]
 
   def close(self) -> None:
-    self._closing.set()
-    loop = getattr(self, "_loop", None)
-    if loop is not None:
-      loop.call_soon_threadsafe(loop.stop)
-      self._loop = None
-    for ctx in getattr(self, "contexts", []):
-      context_lib.close_executors(ctx)
-    for service in self._services:
-      service.close()
+    for worker in self.workers:
+      context_lib.close_executors(worker.context)
+      worker.thread.shutdown(wait=False, cancel_futures=True)
+      worker.source.close()
     _LIVE.discard(self)
 
   def __enter__(self) -> "WorkerPool":
@@ -127,7 +233,7 @@ atexit.register(close_all)
 
 
 class PoolRunner(RoundRunner):
-  """`RoundRunner` whose chunks run concurrently on the workers of a pool, summed in chunk order."""
+  """`RoundRunner` whose chunks run on the workers of a pool, summed on the host in chunk order."""
 
   def __init__(
     self,
@@ -139,42 +245,18 @@ class PoolRunner(RoundRunner):
     super().__init__(client_round, shapes, clients_per_call)
     self.pool = pool
 
-  async def _worker(self, ctx, weights, chunks: list[tuple[int, list]], out: dict) -> None:
-    for index, chunk in chunks:  # One chunk at a time per worker bounds its memory.
-      arg = tff.structure.Struct([("weights", weights), ("data", chunk)])
-      out[index] = await ctx.invoke(self.client_round, arg)
-
-  async def _run(self, weights, chunks: list[list]) -> dict:
-    workers = len(self.pool.contexts)
-    assigned = [[(i, c) for i, c in enumerate(chunks) if i % workers == w] for w in range(workers)]
-    out: dict = {}
-    await asyncio.gather(
-      *(
-        self._worker(ctx, weights, mine, out)
-        for ctx, mine in zip(self.pool.contexts, assigned)
-        if mine
-      )
-    )
-    return out
-
   def run(self, weights: Sequence[np.ndarray], datasets: list) -> RoundResult:
     result = RoundResult(clipped_sum=[np.zeros(s, np.float32) for s in self.shapes])
     if not datasets:
       return result
     chunks = self.chunks(datasets)
-    # The pool's own event loop in a thread: callers may themselves run inside asyncio (the
-    # training program's logic is async), where asyncio.run would be refused.
-    future = asyncio.run_coroutine_threadsafe(
-      self._run(self._model_weights(weights), chunks), self.pool.event_loop()
-    )
-    outputs = future.result()
-    for index in range(len(chunks)):  # Chunk order, whatever finished first.
-      add_chunk_result(result, outputs[index])
+    model_weights = self._model_weights(weights)
+
+    def call(ctx, index: int):
+      arg = tff.structure.Struct([("weights", model_weights), ("data", chunks[index])])
+      return ctx.invoke(self.client_round, arg)
+
+    for out in self.pool.map_chunks(call, len(chunks)):  # Chunk order, whoever ran them.
+      add_chunk_result(result, out)
     result.finish()
     return result
-
-
-def default_clients_per_call(clients_per_round: int, workers: int, cap: Optional[int]) -> int:
-  """Chunks small enough to give every worker work, and at most `cap` clients each."""
-  size = -(-clients_per_round // max(workers, 1))
-  return max(1, min(size, cap) if cap else size)

@@ -59,13 +59,21 @@ def _weights(root):
 
 
 def _worker_pids():
-  """TFF workers started by this test process (other jobs on the machine may run their own)."""
+  """TFF workers started by this test process (other jobs on the machine may run their own):
+  its children, and the worker_binary children of its network-namespace bridges."""
   out = subprocess.run(
-    ["pgrep", "-P", str(os.getpid()), "-f", "tensorflow_federated/data/worker_binary"],
-    capture_output=True,
-    text=True,
+    ["pgrep", "-P", str(os.getpid())], capture_output=True, text=True
   ).stdout.split()
-  return {int(p) for p in out}
+  children = {int(p) for p in out}
+  found = set()
+  for pid in children:
+    try:
+      cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+      continue
+    if b"worker_binary" in cmd or b"netns_bridge" in cmd:
+      found.add(pid)
+  return found
 
 
 def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys):
@@ -107,13 +115,17 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys):
   assert (crashed / "state").stat().st_mode & 0o077 == 0  # Owner-only: it holds the noise seed.
 
 
-def test_two_workers_give_the_in_process_model(tmp_path, capsys):
-  extra = ["rounds=4", "checkpoint_every=10"]
+def test_local_workers_give_the_in_process_model_bit_for_bit(tmp_path, capsys):
+  # 4 clients a round in chunks of 1: 4 chunk sums added in chunk order, however many workers.
+  extra = ["rounds=4", "checkpoint_every=10", "clients_per_call=1"]
   assert cli_main.main(_args(tmp_path / "local", extra)) == 0, capsys.readouterr().err
-  assert cli_main.main(_args(tmp_path / "pool", extra + ["workers=2"])) == 0
-  capsys.readouterr()
-  for a, b in zip(_weights(tmp_path / "local"), _weights(tmp_path / "pool")):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  reference = _weights(tmp_path / "local")
+  for workers in (1, 3):
+    root = tmp_path / f"pool{workers}"
+    assert cli_main.main(_args(root, extra + [f"workers={workers}"])) == 0
+    capsys.readouterr()
+    for a, b in zip(reference, _weights(root)):
+      np.testing.assert_array_equal(a, b)
   assert not _worker_pids()  # Every worker the program started is gone.
 
 

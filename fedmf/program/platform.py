@@ -1,0 +1,70 @@
+"""Where a run's TFF computations execute: one local worker, W local workers, or remote workers.
+
+One concept: the execution platform of `fedmf simulate` and `fedmf train`, from the config keys
+`workers`, `worker_tls`, `worker_timeout_s` and `worker_isolation` (docs/scaling.md). Every local
+`worker_binary` runs in a network namespace of its own, reached through a 0600 Unix socket
+(`fedmf.tff.sandbox`); remote workers are `fedmf worker` services reached over mutual TLS. The
+round's chunks of clients are the same whatever the platform (`clients_per_call`), so the model is
+bit-identical on each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator, Optional
+
+from fedmf.program.config import TrainingConfig
+
+logger = logging.getLogger("fedmf.platform")
+
+
+@contextlib.contextmanager
+def execution(config: TrainingConfig, log_dir: Optional[str] = None) -> Iterator[object]:
+  """Installs the run's TFF execution context; yields the `WorkerPool` (None for one local worker)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import context as context_lib  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import workers as workers_lib  # pylint: disable=g-import-not-at-top
+
+  if config.workers == 0:
+    with context_lib.local_execution_context(isolation=config.worker_isolation):
+      yield None
+    return
+  pool = workers_lib.WorkerPool(
+    config.workers,
+    tls=config.worker_tls_files,
+    timeout_s=config.worker_timeout_s,
+    isolation=config.worker_isolation,
+    log_dir=log_dir,
+  )
+  try:
+    # Computations are built (not run) in a context; the first worker's serves, so that TFF's own
+    # default context, which would start an exposed worker_binary, is never used.
+    with tff.framework.get_context_stack().install(pool.workers[0].context):
+      yield pool
+  finally:
+    pool.close()
+
+
+def attach(run, pool) -> None:
+  """Makes `run` train its chunks of clients on the pool's workers (no-op without a pool)."""
+  if pool is None:
+    return
+  from fedmf.tff import workers as workers_lib  # pylint: disable=g-import-not-at-top
+
+  runner = run.runner
+  chunks = -(
+    -run.config.clients_per_round // (runner.clients_per_call or run.config.clients_per_round)
+  )
+  if chunks < len(pool.workers):
+    logger.warning(
+      "%d chunk(s) of clients per round for %d workers: some workers stay idle; set "
+      "clients_per_call <= %d to use them all (it changes the float sums, so it is part of the "
+      "run, not of the platform)",
+      chunks,
+      len(pool.workers),
+      max(1, run.config.clients_per_round // len(pool.workers)),
+    )
+  run.runner = workers_lib.PoolRunner(
+    runner.client_round, run.shapes, runner.clients_per_call, pool
+  )

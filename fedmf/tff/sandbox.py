@@ -1,0 +1,250 @@
+"""Starts TFF's `worker_binary` where nothing but fedmf can reach it.
+
+One concept: the isolation of a local executor service. TFF 0.87's `worker_binary` listens on
+`[::]:PORT` of every interface, without authentication, and runs any computation it is sent
+(TensorFlow ops read and write files: the noise seed in fedmf's checkpoints among them). It has no
+flag for its address or for TLS, and TFF has no in-process executor. So fedmf starts it in a
+network namespace of its own, which holds only a loopback interface, and reaches it through a Unix
+socket of mode 0600 in a directory of mode 0700 (`netns_bridge.py` forwards the socket to the
+worker's port inside the namespace). Unix sockets are file-system objects: only the user who
+started the run (and root) can connect, and no port of the run is reachable from the network.
+
+Namespaces: as root, `unshare(CLONE_NEWNET)`; as another user, a user namespace with it
+(`CLONE_NEWUSER | CLONE_NEWNET`, where the kernel allows unprivileged user namespaces). Where
+neither is possible, the policy `isolation` decides (docs/security.md):
+
+* `"namespace"` (default): refuse with a one-line error naming the exposure and the ways out;
+* `"none"`: start the worker exposed, as TFF does, and log a warning naming the port.
+
+The policy's default comes from the environment variable FEDMF_WORKER_ISOLATION (library users)
+or the config key `worker_isolation` (fedmf's commands).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Optional
+
+from fedmf.errors import FedmfUserError
+
+logger = logging.getLogger("fedmf.tff.sandbox")
+
+ISOLATION_POLICIES = ("namespace", "none")
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_PR_SET_PDEATHSIG = 1
+_BRIDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns_bridge.py")
+
+
+class WorkerIsolationError(FedmfUserError):
+  """The local worker cannot be isolated and the policy refuses to expose it."""
+
+
+class WorkerStartError(RuntimeError):
+  """The worker process exited or did not become ready."""
+
+
+def default_policy() -> str:
+  policy = os.environ.get("FEDMF_WORKER_ISOLATION", "namespace")
+  return check_policy(policy)
+
+
+def check_policy(policy: str) -> str:
+  if policy not in ISOLATION_POLICIES:
+    raise FedmfUserError(
+      f"worker_isolation must be one of {', '.join(ISOLATION_POLICIES)}, got {policy!r}"
+    )
+  return policy
+
+
+def _enter_namespace(uid: int, gid: int) -> None:
+  """In the child between fork and exec: a network namespace of its own, dying with the parent."""
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  if uid == 0:
+    flags = _CLONE_NEWNET
+  else:  # An unprivileged user gets the capability over a new netns through a user namespace.
+    flags = _CLONE_NEWUSER | _CLONE_NEWNET
+  if libc.unshare(flags) != 0:
+    err = ctypes.get_errno()
+    raise OSError(err, os.strerror(err))
+  if uid != 0:  # Map the caller to root of the new user namespace (needed to bring `lo` up).
+    with open("/proc/self/setgroups", "w") as f:
+      f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+      f.write(f"0 {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+      f.write(f"0 {gid} 1")
+
+
+_PROBE: Optional[str] = None
+_PROBE_LOCK = threading.Lock()
+
+
+def namespace_unavailable_reason() -> Optional[str]:
+  """None when this process can start children in a network namespace; else why not (cached)."""
+  global _PROBE
+  with _PROBE_LOCK:
+    if _PROBE is None:
+      if not sys.platform.startswith("linux"):
+        _PROBE = f"network namespaces need Linux (this is {sys.platform})"
+      else:
+        uid, gid = os.getuid(), os.getgid()
+        try:
+          subprocess.run(
+            [sys.executable, "-S", "-c", "pass"],
+            preexec_fn=lambda: _enter_namespace(uid, gid),
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+          )
+          _PROBE = ""
+        except (subprocess.SubprocessError, OSError) as e:
+          _PROBE = f"unshare(network namespace) failed: {e}"
+    return _PROBE or None
+
+
+class IsolatedWorker:
+  """One `worker_binary` in a network namespace of its own, reached at `address` (`unix:PATH`).
+
+  With policy "none" on a machine without namespaces, the worker listens on `localhost:PORT` of
+  every interface instead (`exposed` is True).
+  """
+
+  def __init__(
+    self,
+    binary: str,
+    worker_args: list[str],
+    *,
+    log_path: Optional[str] = None,
+    policy: Optional[str] = None,
+    ready_timeout_s: float = 120.0,
+  ):
+    self.policy = check_policy(policy) if policy is not None else default_policy()
+    self._dir = tempfile.mkdtemp(prefix="fedmf-worker-")  # mode 0700
+    self._process: Optional[subprocess.Popen] = None
+    self.exposed = False
+    try:
+      reason = namespace_unavailable_reason()
+      if reason is None:
+        self.address = self._start_isolated(binary, worker_args, log_path, ready_timeout_s)
+      elif self.policy == "none":
+        self.address = self._start_exposed(binary, worker_args, log_path)
+      else:
+        raise WorkerIsolationError(
+          f"cannot isolate TFF's worker_binary ({reason}): it would listen without "
+          "authentication on every network interface; run as root, allow unprivileged user "
+          "namespaces, or accept the exposure with worker_isolation: none "
+          "(FEDMF_WORKER_ISOLATION=none)"
+        )
+    except BaseException:
+      self.close()
+      raise
+
+  @property
+  def process(self) -> Optional[subprocess.Popen]:
+    return self._process
+
+  @property
+  def pid(self) -> Optional[int]:
+    return None if self._process is None else self._process.pid
+
+  def _log_file(self, log_path: Optional[str]):
+    if log_path:
+      return open(log_path, "ab")  # pylint: disable=consider-using-with
+    return subprocess.DEVNULL
+
+  def _start_isolated(
+    self, binary: str, worker_args: list[str], log_path: Optional[str], timeout: float
+  ) -> str:
+    socket_path = os.path.join(self._dir, "worker.sock")
+    uid, gid = os.getuid(), os.getgid()
+    log = self._log_file(log_path)
+    try:
+      self._process = subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-S", _BRIDGE, socket_path, binary, *worker_args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        close_fds=True,
+        preexec_fn=lambda: _enter_namespace(uid, gid),
+      )
+    finally:
+      if log is not subprocess.DEVNULL:
+        log.close()
+    line = _read_line(self._process, timeout)
+    if line != "ready":
+      code = self._process.poll()
+      raise WorkerStartError(
+        f"TFF worker_binary did not start in its network namespace (exit code {code})"
+      )
+    return f"unix:{socket_path}"
+
+  def _start_exposed(self, binary: str, worker_args: list[str], log_path: Optional[str]) -> str:
+    import portpicker  # pylint: disable=g-import-not-at-top
+
+    port = portpicker.pick_unused_port()
+    log = self._log_file(log_path)
+    try:
+      self._process = subprocess.Popen(  # pylint: disable=consider-using-with
+        [binary, f"--port={port}", *worker_args],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        close_fds=True,
+        preexec_fn=_die_with_parent,
+      )
+    finally:
+      if log is not subprocess.DEVNULL:
+        log.close()
+    self.exposed = True
+    logger.warning(
+      "TFF worker_binary listens WITHOUT authentication on port %d of every interface "
+      "(worker_isolation: none): anyone who can reach this machine can run code as you",
+      port,
+    )
+    return f"localhost:{port}"
+
+  def close(self, timeout: float = 5.0) -> None:
+    proc, self._process = self._process, None
+    if proc is not None and proc.poll() is None:
+      with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)  # The bridge stops its worker, then exits.
+      try:
+        proc.wait(timeout=timeout)
+      except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+          proc.kill()
+        proc.wait()
+    if proc is not None and proc.stdout is not None:
+      proc.stdout.close()
+    shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+  ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+  """The first stdout line of `proc`, or "" when it exits or `timeout` passes first."""
+  result: list[str] = []
+  reader = threading.Thread(
+    target=lambda: result.append(proc.stdout.readline().decode(errors="replace").strip()),
+    daemon=True,
+  )
+  reader.start()
+  deadline = time.monotonic() + timeout
+  while reader.is_alive() and time.monotonic() < deadline:
+    reader.join(0.05)
+  return result[0] if result else ""
