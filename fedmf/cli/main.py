@@ -22,7 +22,7 @@ import sys
 
 from fedmf import __version__
 from fedmf.cli import quiet
-from fedmf.errors import FedmfUserError
+from fedmf.errors import FedmfRuntimeError, FedmfUserError
 from fedmf.mf import resources
 
 # Registered subcommand modules, in help order. A module is listed here only once its command works.
@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     print(f"fedmf {args.command}: error: {message}", file=sys.stderr)
     return 2
+  except FedmfRuntimeError as e:
+    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    print(f"fedmf {args.command}: error: {message}", file=sys.stderr)
+    return 1
   except MemoryError:
     # The estimates refuse known large work first; this is the last line of defence.
     print(

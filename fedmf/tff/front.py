@@ -45,8 +45,11 @@ class _Forwarder(grpc.GenericRpcHandler):
       return None  # UNIMPLEMENTED: nothing but TFF's executor service is offered.
 
     def forward(request: bytes, context: grpc.ServicerContext) -> bytes:
+      remaining = context.time_remaining()
+      # gRPC reports "no deadline" as None or as a huge value, depending on the version.
+      timeout = remaining if remaining is not None and 0 < remaining < 1e7 else None
       try:
-        return call(request, timeout=context.time_remaining())
+        return call(request, timeout=timeout)
       except grpc.RpcError as e:
         context.abort(e.code(), e.details() or "worker error")
 

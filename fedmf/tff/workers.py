@@ -35,6 +35,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import tensorflow_federated as tff
 
+from fedmf.errors import FedmfRuntimeError
 from fedmf.tff import channels
 from fedmf.tff import context as context_lib
 from fedmf.tff.runner import RoundResult, RoundRunner, add_chunk_result
@@ -46,7 +47,7 @@ _UNREACHABLE_GRACE_S = 5.0
 _POLL_S = 0.2
 
 
-class WorkersLostError(RuntimeError):
+class WorkersLostError(FedmfRuntimeError):
   """Every worker of the pool was lost; the round cannot be completed (nothing was released)."""
 
 
@@ -186,7 +187,7 @@ class WorkerPool:
         try:
           results[index] = future.result()
         except Exception as e:  # pylint: disable=broad-except
-          self._lose(worker, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+          self._lose(worker, _describe(e))
           pending.appendleft(index)
       for future, (worker, index, started) in list(running.items()):
         if worker.is_ready:
@@ -230,6 +231,18 @@ def close_all() -> None:
 
 
 atexit.register(close_all)
+
+
+def _describe(error: Exception) -> str:
+  """One line for a failed call: a gRPC status and its details, or the exception's first line."""
+  code = getattr(error, "code", None)
+  if callable(code):
+    try:
+      return f"{code().name}: {' '.join(str(error.details()).split())}"
+    except Exception:  # pylint: disable=broad-except
+      pass
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
 class PoolRunner(RoundRunner):
