@@ -10,7 +10,7 @@ import numpy as np
 
 def _worker_pids() -> set[int]:
   out = subprocess.run(
-    ['pgrep', '-f', 'tensorflow_federated/data/worker_binary'],
+    ['pgrep', '-f', 'tensorflow_federated/data/worker_binary|fedmf/tff/netns_bridge.py'],
     capture_output=True,
     text=True,
     check=False,
