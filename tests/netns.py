@@ -50,16 +50,41 @@ class Host:
     self.processes.append(proc)
     return proc
 
-  def netem(self, delay_ms: float = 0.0, rate_mbit: Optional[float] = None) -> None:
-    """Latency and bandwidth on both directions of the link (tc netem)."""
-    spec = ["netem", "delay", f"{delay_ms}ms"]
-    if rate_mbit:
-      spec += ["rate", f"{rate_mbit}mbit"]
-    subprocess.run(["tc", "qdisc", "replace", "dev", self.link, "root", *spec], check=True)
-    subprocess.run(
-      ["ip", "netns", "exec", self.name, "tc", "qdisc", "replace", "dev", "eth0", "root", *spec],
-      check=True,
+  def shape(self, delay_ms: float = 0.0, rate_mbit: Optional[float] = None) -> float:
+    """Latency and bandwidth on both directions of the link; returns the one-way delay applied.
+
+    `tc netem` where the kernel has it; otherwise (no sch_netem) a token bucket (`tbf`) for the
+    bandwidth only, and no added delay (0.0 is returned).
+    """
+    netem = ["netem", "delay", f"{delay_ms}ms"] + (
+      ["rate", f"{rate_mbit}mbit"] if rate_mbit else []
     )
+    tbf = ["tbf", "rate", f"{rate_mbit}mbit", "burst", "256kb", "latency", "50ms"]
+    for spec, applied in ((netem, delay_ms), (tbf if rate_mbit else None, 0.0)):
+      if spec is None:
+        return 0.0
+      first = subprocess.run(["tc", "qdisc", "replace", "dev", self.link, "root", *spec],
+                             capture_output=True)  # fmt: skip
+      if first.returncode == 0:
+        subprocess.run(
+          [
+            "ip",
+            "netns",
+            "exec",
+            self.name,
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            "eth0",
+            "root",
+            *spec,
+          ],
+          check=True,
+          capture_output=True,
+        )
+        return applied
+    return 0.0
 
 
 @contextlib.contextmanager

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Scale-out on emulated hosts: `fedmf worker`s in network namespaces, over mutual TLS.
+
+Each worker runs in a Linux network namespace of its own (an emulated host) joined to this one by
+a veth link with `tc netem` latency and bandwidth. For W = 1, 2, 4 workers (and, as the baseline of
+the same run, W = 0: one local isolated worker) it trains --rounds rounds of the synthetic task and
+reports per round: wall time, bytes sent to and received from each worker (the veth link's
+counters), and the coordinator's CPU seconds. From the W = 1 run it fits the cost model of
+docs/scaling.md (per-chunk compute, per-chunk transfer, coordinator time) and prints its
+prediction for every W next to the measurement.
+
+Needs root (network namespaces). Run:
+
+  .venv/bin/python benchmarks/scaleout_benchmark.py [--workers 1,2,4] [--rounds 6]
+      [--clients 16 --clients-per-call 2] [--delay-ms 2 --rate-mbit 1000] [--cores 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests import netns  # noqa: E402  (the same emulated hosts as the tests)
+
+PORT = 8470
+
+
+def _link_bytes(link: str) -> tuple[int, int]:
+  base = Path("/sys/class/net") / link / "statistics"
+  return int((base / "tx_bytes").read_text()), int((base / "rx_bytes").read_text())
+
+
+def _cpu_seconds() -> float:
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
+def _start_worker(host, certs: Path):
+  proc = host.popen(
+    [
+      sys.executable, "-m", "fedmf.cli.main", "worker", "--listen", f"{host.address}:{PORT}",
+      "--tls-cert", str(certs / "worker.pem"), "--tls-key", str(certs / "worker.key"),
+      "--tls-client-ca", str(certs / "ca.pem"),
+    ],
+    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+  )  # fmt: skip
+  line = netns.read_line(proc, 180)
+  if "serving on" not in line:
+    raise SystemExit(f"worker on {host.name} did not start: {line!r}")
+  return proc
+
+
+def _measure(overrides: list[str], hosts, rounds: int) -> dict:
+  """Builds the run on the configured platform and times `rounds` rounds after one warm-up."""
+  from fedmf.program import loop, platform  # pylint: disable=import-outside-toplevel
+  from fedmf.program.config import load_config  # pylint: disable=import-outside-toplevel
+
+  config = load_config(None, overrides)
+  with platform.execution(config) as pool:
+    run = loop.build_run(config)
+    platform.attach(run, pool)
+    loop.train_round(run, loop.draw_cohort(run, 0))  # warm-up: tracing, first calls
+    before = [_link_bytes(h.link) for h in hosts]
+    cpu0, t0 = _cpu_seconds(), time.perf_counter()
+    walls = []
+    for r in range(1, rounds + 1):
+      start = time.perf_counter()
+      loop.train_round(run, loop.draw_cohort(run, r))
+      walls.append(time.perf_counter() - start)
+    elapsed, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+    after = [_link_bytes(h.link) for h in hosts]
+    if run.noise is not None:
+      run.noise.close()
+  sent = [(a[0] - b[0]) / rounds for a, b in zip(after, before)]
+  received = [(a[1] - b[1]) / rounds for a, b in zip(after, before)]
+  return {
+    "wall_s": statistics.median(walls),
+    "wall_mean_s": elapsed / rounds,
+    "coordinator_cpu_s": cpu / rounds,
+    "sent_bytes_per_worker": sent,
+    "received_bytes_per_worker": received,
+  }
+
+
+def predict(model: dict, workers: int, chunks: int, cores: int) -> float:
+  """docs/scaling.md: T(W) = t_coord + compute(W) + transfer(W)."""
+  per_worker = math.ceil(chunks / workers)
+  # Chunks on one worker run one after another; workers share the machine's cores.
+  compute = max(per_worker * model["chunk_compute_s"], chunks * model["chunk_compute_s"] / cores)
+  transfer = per_worker * (model["chunk_bytes"] * 8 / model["bandwidth_bps"] + model["chunk_rtt_s"])
+  return model["coordinator_s"] + compute + transfer
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument("--workers", default="1,2,4")
+  parser.add_argument("--rounds", type=int, default=6)
+  parser.add_argument("--clients", type=int, default=16)
+  parser.add_argument("--clients-per-call", type=int, default=2)
+  parser.add_argument("--model", default="lstm-small")
+  parser.add_argument("--delay-ms", type=float, default=2.0)
+  parser.add_argument("--rate-mbit", type=float, default=1000.0)
+  parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+  parser.add_argument("--json", metavar="FILE")
+  args = parser.parse_args(argv)
+  reason = netns.available()
+  if reason:
+    print(f"scaleout_benchmark: {reason}", file=sys.stderr)
+    return 2
+  counts = [int(w) for w in args.workers.split(",")]
+  os.environ.setdefault("FEDMF_CACHE_DIR", tempfile.mkdtemp(prefix="fedmf-bench-cache-"))
+  base = [
+    "num_clients=400", f"clients_per_round={args.clients}", f"clients_per_call={args.clients_per_call}",
+    f"model={args.model}", "max_sentences_per_client=32", "test_sentences=64",
+    f"rounds={args.rounds + 2}", "participation.min_sep=1", "noise_multiplier=1.0", "mechanism=blt",
+    "eval_every=1000",
+  ]  # fmt: skip
+  chunks = math.ceil(args.clients / args.clients_per_call)
+  results = {}
+  with tempfile.TemporaryDirectory() as tmp, netns.hosts(max(counts), tag="b") as hosts:
+    certs = Path(tmp) / "certs"
+    subprocess.run(
+      ["bash", str(ROOT / "deploy/certs/make-certs.sh"), str(certs), *[h.address for h in hosts]],
+      check=True, capture_output=True,
+    )  # fmt: skip
+    applied = [h.shape(delay_ms=args.delay_ms / 2, rate_mbit=args.rate_mbit) for h in hosts]
+    if min(applied) < args.delay_ms / 2:
+      print("(this kernel has no sch_netem: bandwidth limited by tbf, no added latency)")
+      args.delay_ms = 0.0
+    tls = [f"worker_tls.ca={certs}/ca.pem", f"worker_tls.cert={certs}/coordinator.pem",
+           f"worker_tls.key={certs}/coordinator.key"]  # fmt: skip
+    # Today's design before isolation, as the baseline: TFF's worker_binary on an open port
+    # (what worker_isolation: none does where no namespace can be made).
+    from fedmf.tff import sandbox  # pylint: disable=import-outside-toplevel
+
+    probe, sandbox._PROBE = sandbox._PROBE, "benchmark baseline"  # pylint: disable=protected-access
+    results["exposed"] = _measure(base + ["workers=0", "worker_isolation=none"], [], args.rounds)
+    sandbox._PROBE = probe  # pylint: disable=protected-access
+    results[0] = _measure(base + ["workers=0"], [], args.rounds)
+    print(
+      f"W=0: one local worker, isolated {results[0]['wall_s']:.3f} s/round vs exposed "
+      f"(TFF's default) {results['exposed']['wall_s']:.3f} s/round: "
+      f"{results[0]['wall_s'] / results['exposed']['wall_s']:.2f}x",
+      flush=True,
+    )
+    for w in counts:
+      procs = [_start_worker(h, certs) for h in hosts[:w]]
+      try:
+        addresses = "workers=[" + ",".join(f"'{h.address}:{PORT}'" for h in hosts[:w]) + "]"
+        results[w] = _measure(base + [addresses, *tls], hosts[:w], args.rounds)
+      finally:
+        for p in procs:
+          p.send_signal(signal.SIGTERM)
+          p.wait(timeout=30)
+      print(f"W={w}: {results[w]['wall_s']:.2f} s/round", flush=True)
+  one = results[counts[0]] if counts[0] == 1 else None
+  if one is None:
+    print("the cost model is fitted on W=1: include 1 in --workers", file=sys.stderr)
+    return 2
+  chunk_bytes = (one["sent_bytes_per_worker"][0] + one["received_bytes_per_worker"][0]) / chunks
+  bandwidth = args.rate_mbit * 1e6
+  transfer_1 = chunks * (chunk_bytes * 8 / bandwidth + 4 * args.delay_ms / 1000)
+  # The coordinator's share of a round: its CPU time not spent waiting on workers (noise, server
+  # step, serialization), measured at W=1; compute is the rest.
+  coordinator = one["coordinator_cpu_s"]
+  model = {
+    "coordinator_s": coordinator,
+    "chunk_compute_s": max(one["wall_s"] - coordinator - transfer_1, 1e-6) / chunks,
+    "chunk_bytes": chunk_bytes,
+    "bandwidth_bps": bandwidth,
+    "chunk_rtt_s": 4 * args.delay_ms / 1000,  # about 4 request/response exchanges per chunk
+  }
+  print()
+  print(f"{args.clients} clients/round of {args.model} in {chunks} chunks; link RTT "
+        f"{args.delay_ms} ms, {args.rate_mbit:g} Mbit/s; {args.cores} cores")  # fmt: skip
+  print("W | wall s/round | vs W=0 | sent MB/worker | recv MB/worker | coord CPU s | model s | err")
+  for w in [0] + counts:
+    r = results[w]
+    sent = statistics.mean(r["sent_bytes_per_worker"]) / 1e6 if w else 0.0
+    recv = statistics.mean(r["received_bytes_per_worker"]) / 1e6 if w else 0.0
+    pred = predict(model, w, chunks, args.cores) if w else float("nan")
+    err = (pred - r["wall_s"]) / r["wall_s"] * 100 if w else float("nan")
+    print(
+      f"{w} | {r['wall_s']:.2f} | {r['wall_s'] / results[0]['wall_s']:.2f}x | {sent:.2f} | "
+      f"{recv:.2f} | {r['coordinator_cpu_s']:.2f} | {pred:.2f} | {err:+.0f}%"
+    )
+  print("model:", json.dumps({k: round(v, 6) for k, v in model.items()}))
+  if args.json:
+    Path(args.json).write_text(json.dumps({"results": results, "model": model}, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
