@@ -201,7 +201,9 @@ def main(argv=None) -> int:
     )
   print("model:", json.dumps({k: round(v, 6) for k, v in model.items()}))
   if args.json:
-    Path(args.json).write_text(json.dumps({"results": results, "model": model}, indent=1))
+    Path(args.json).write_text(
+      json.dumps({"results": {str(k): v for k, v in results.items()}, "model": model}, indent=1)
+    )
   return 0
 
 
