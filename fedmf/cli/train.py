@@ -18,11 +18,13 @@ DESCRIPTION = """\
 Run DP federated training as a resumable program: checkpoints (owner-only: they hold the noise seed)
 every checkpoint_every rounds, a durable participation log, metrics releases (CSV, TensorBoard),
 model releases (release/model_round_R.npz, release/final_model.npz), an optional privacy budget
-guard (budget.epsilon: stop before a round whose release would exceed it) and TFF worker processes
-(workers: W starts W local worker_binary services on 127.0.0.1). Rerunning the same command with the
+guard (budget.epsilon: stop before a round whose release would exceed it) and TFF workers (workers: W
+starts W local ones, each in a network namespace of its own; workers: ["HOST:PORT", ...] uses
+`fedmf worker` services on other hosts, over mutual TLS with worker_tls). Rerunning the same command with the
 same --root resumes after a crash or kill, releasing exactly what the uninterrupted run would have.
 
-The config keys are those of `fedmf simulate` plus checkpoint_every, budget.epsilon and workers."""
+The config keys are those of `fedmf simulate` plus checkpoint_every and budget.epsilon; see
+deploy/README.md for the platform keys and who may reach what."""
 
 
 def add_parser(subparsers: Any) -> None:
