@@ -43,6 +43,22 @@ def _link_bytes(link: str) -> tuple[int, int]:
   return int((base / "tx_bytes").read_text()), int((base / "rx_bytes").read_text())
 
 
+def _tree_cpu_seconds(pid: int) -> float:
+  """CPU seconds of a process and its descendants (a `fedmf worker`, its bridge, worker_binary)."""
+  tick = os.sysconf("SC_CLK_TCK")
+  total, frontier = 0.0, [pid]
+  while frontier:
+    p = frontier.pop()
+    try:
+      fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+      total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    except (OSError, IndexError, ValueError):
+      continue
+    out = subprocess.run(["pgrep", "-P", str(p)], capture_output=True, text=True).stdout
+    frontier += [int(c) for c in out.split()]
+  return total
+
+
 def _cpu_seconds() -> float:
   r = resource.getrusage(resource.RUSAGE_SELF)
   return r.ru_utime + r.ru_stime
@@ -63,7 +79,7 @@ def _start_worker(host, certs: Path):
   return proc
 
 
-def _measure(overrides: list[str], hosts, rounds: int) -> dict:
+def _measure(overrides: list[str], hosts, rounds: int, worker_pids=()) -> dict:
   """Builds the run on the configured platform and times `rounds` rounds after one warm-up."""
   from fedmf.program import loop, platform  # pylint: disable=import-outside-toplevel
   from fedmf.program.config import load_config  # pylint: disable=import-outside-toplevel
@@ -74,6 +90,7 @@ def _measure(overrides: list[str], hosts, rounds: int) -> dict:
     platform.attach(run, pool)
     loop.train_round(run, loop.draw_cohort(run, 0))  # warm-up: tracing, first calls
     before = [_link_bytes(h.link) for h in hosts]
+    workers_cpu0 = sum(_tree_cpu_seconds(p) for p in worker_pids)
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
     walls = []
     for r in range(1, rounds + 1):
@@ -82,6 +99,7 @@ def _measure(overrides: list[str], hosts, rounds: int) -> dict:
       walls.append(time.perf_counter() - start)
     elapsed, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     after = [_link_bytes(h.link) for h in hosts]
+    workers_cpu = sum(_tree_cpu_seconds(p) for p in worker_pids) - workers_cpu0
     if run.noise is not None:
       run.noise.close()
   sent = [(a[0] - b[0]) / rounds for a, b in zip(after, before)]
@@ -90,6 +108,7 @@ def _measure(overrides: list[str], hosts, rounds: int) -> dict:
     "wall_s": statistics.median(walls),
     "wall_mean_s": elapsed / rounds,
     "coordinator_cpu_s": cpu / rounds,
+    "workers_cpu_s": workers_cpu / rounds,
     "sent_bytes_per_worker": sent,
     "received_bytes_per_worker": received,
   }
@@ -98,8 +117,9 @@ def _measure(overrides: list[str], hosts, rounds: int) -> dict:
 def predict(model: dict, workers: int, chunks: int, cores: int) -> float:
   """docs/scaling.md: T(W) = t_coord + compute(W) + transfer(W)."""
   per_worker = math.ceil(chunks / workers)
-  # Chunks on one worker run one after another; workers share the machine's cores.
-  compute = max(per_worker * model["chunk_compute_s"], chunks * model["chunk_compute_s"] / cores)
+  # Chunks on one worker run one after another (a chunk's clients run concurrently inside it);
+  # all workers together cannot use more CPU than the cores they share.
+  compute = max(per_worker * model["chunk_wall_s"], chunks * model["chunk_cpu_s"] / cores)
   transfer = per_worker * (model["chunk_bytes"] * 8 / model["bandwidth_bps"] + model["chunk_rtt_s"])
   return model["coordinator_s"] + compute + transfer
 
@@ -162,7 +182,9 @@ def main(argv=None) -> int:
       procs = [_start_worker(h, certs) for h in hosts[:w]]
       try:
         addresses = "workers=[" + ",".join(f"'{h.address}:{PORT}'" for h in hosts[:w]) + "]"
-        results[w] = _measure(base + [addresses, *tls], hosts[:w], args.rounds)
+        results[w] = _measure(
+          base + [addresses, *tls], hosts[:w], args.rounds, [p.pid for p in procs]
+        )
       finally:
         for p in procs:
           p.send_signal(signal.SIGTERM)
@@ -180,7 +202,8 @@ def main(argv=None) -> int:
   coordinator = one["coordinator_cpu_s"]
   model = {
     "coordinator_s": coordinator,
-    "chunk_compute_s": max(one["wall_s"] - coordinator - transfer_1, 1e-6) / chunks,
+    "chunk_wall_s": max(one["wall_s"] - coordinator - transfer_1, 1e-6) / chunks,
+    "chunk_cpu_s": one["workers_cpu_s"] / chunks,
     "chunk_bytes": chunk_bytes,
     "bandwidth_bps": bandwidth,
     "chunk_rtt_s": 4 * args.delay_ms / 1000,  # about 4 request/response exchanges per chunk
@@ -188,7 +211,10 @@ def main(argv=None) -> int:
   print()
   print(f"{args.clients} clients/round of {args.model} in {chunks} chunks; link RTT "
         f"{args.delay_ms} ms, {args.rate_mbit:g} Mbit/s; {args.cores} cores")  # fmt: skip
-  print("W | wall s/round | vs W=0 | sent MB/worker | recv MB/worker | coord CPU s | model s | err")
+  print(
+    "W | wall s/round | vs W=0 | sent MB/worker | recv MB/worker | coord CPU s | workers CPU s "
+    "| model s | err"
+  )
   for w in [0] + counts:
     r = results[w]
     sent = statistics.mean(r["sent_bytes_per_worker"]) / 1e6 if w else 0.0
@@ -197,7 +223,8 @@ def main(argv=None) -> int:
     err = (pred - r["wall_s"]) / r["wall_s"] * 100 if w else float("nan")
     print(
       f"{w} | {r['wall_s']:.2f} | {r['wall_s'] / results[0]['wall_s']:.2f}x | {sent:.2f} | "
-      f"{recv:.2f} | {r['coordinator_cpu_s']:.2f} | {pred:.2f} | {err:+.0f}%"
+      f"{recv:.2f} | {r['coordinator_cpu_s']:.2f} | {r.get('workers_cpu_s', 0.0):.2f} | "
+      f"{pred:.2f} | {err:+.0f}%"
     )
   print("model:", json.dumps({k: round(v, 6) for k, v in model.items()}))
   if args.json:
