@@ -208,6 +208,8 @@ class LogStatistics:
     prefix_min_sep: [max_round+1] realized b of rounds 0..r-1 at index r-1 (-1: none yet).
     prefix_max_participations: [max_round+1] realized k of rounds 0..r-1 at index r-1.
     duplicate_rows: log_rows - participations.
+    cut_off_row: The last row's 1-based number when the log's last line has no line end: a writer
+      stopped mid-line may have cut it (its client id may be incomplete); None otherwise.
   """
 
   log_rows: int
@@ -223,6 +225,7 @@ class LogStatistics:
   prefix_min_sep: np.ndarray
   prefix_max_participations: np.ndarray
   duplicate_rows: int
+  cut_off_row: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,7 +313,8 @@ class AuditResult:
 
   @property
   def claim_covers_all_clients(self) -> bool:
-    return self.stats.duplicate_rows == 0
+    # A cut-off last line may hold part of another client's id: that client's rows are incomplete.
+    return self.stats.duplicate_rows == 0 and self.stats.cut_off_row is None
 
   @property
   def no_noise(self) -> bool:
@@ -334,6 +338,10 @@ class AuditResult:
       failures.append(f"{violating} clients violate the declared schema")
     if uncovered:
       failures.append(f"{uncovered} clients have duplicate (round, client_id) rows")
+    if s.cut_off_row is not None:
+      failures.append(
+        f"the log's last line (row {s.cut_off_row}) has no line end: it may be cut off"
+      )
     if self.no_noise:
       guarantee = False
       statement = (
@@ -357,6 +365,11 @@ class AuditResult:
         "(round, client_id) rows, whose update may have been summed twice in a round: no claim "
         "holds for them"
       )
+      if s.cut_off_row is not None:
+        who += (
+          f" (but not for the client of the last line, row {s.cut_off_row}, which has no line "
+          "end: its id may be cut off)"
+        )
       statement = (
         f"({a.epsilon:.4g}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
         f"under the participation the log shows: {realized}."
@@ -399,6 +412,7 @@ class AuditResult:
       "participations": s.participations,
       "log_rows": s.log_rows,
       "duplicate_rows": s.duplicate_rows,
+      "cut_off_row": s.cut_off_row,
       "observed_min_sep": s.observed_min_sep,
       "observed_max_participations": s.observed_max_participations,
       "gap_histogram": {"gap": s.gap_values.tolist(), "count": s.gap_counts.tolist()},
@@ -1163,6 +1177,12 @@ def _audit(
       f"{stats.duplicate_rows} duplicate (round, client_id) rows: those clients' updates may have "
       "been summed twice, and the claim does not cover them"
     )
+  if stats.cut_off_row is not None:
+    warnings.append(
+      f"the log's last line (row {stats.cut_off_row}) has no line end: a writer stopped mid-line "
+      "may have cut it, so its client id may be part of another client's, whose participation the "
+      "claim then does not cover (the row is counted as it reads)"
+    )
   if sigma == 0:
     warnings.append("noise multiplier 0: trained without DP, so no privacy guarantee holds")
   # One sensitivity evaluation per distinct (rounds, b, k): the realized claim is also the ε curve's
@@ -1323,6 +1343,8 @@ def audit_arrays(
     arrays.client_ids,
     violation_limit=violation_limit,
   )
+  if arrays.cut_off_row is not None:
+    stats = dataclasses.replace(stats, cut_off_row=arrays.cut_off_row)
   return _audit(
     stats,
     violations,
@@ -1357,21 +1379,23 @@ def scan_log(
   """
   path = os.fspath(path)
   index = participation_log.ClientIndex()
+  end = participation_log.LogTail()
   scan = LogScan(min_sep, max_participations, violation_limit)
   # Reading and coding the ids (one thread) overlap the scan (this one): both are Arrow and numpy
   # kernels, which release the GIL.
-  batches = _prefetched(participation_log.iter_participation_codes(path, index, progress))
+  batches = _prefetched(participation_log.iter_participation_codes(path, index, progress, end))
   try:
     try:
       for rounds, codes in batches:
         scan.update(rounds, codes, len(index))
     finally:
       batches.close()  # Stops the reader thread now, not when the traceback is dropped.
-    return scan.finish(
+    stats, table = scan.finish(
       len(index),
       index.client_ids(),
       reread=lambda: participation_log.iter_participation_codes(path, index, progress),
     )
+    cut_off_row = end.cut_off_row
   except _NotRoundOrdered:
     logger.info("%s is not in round order: sorting it in memory", path)
     arrays = participation_log.read_participation_arrays(path, progress=progress)
@@ -1383,11 +1407,15 @@ def scan_log(
       max_participations,
       arrays.client_ids,
     )
-    return stats, table.limited(violation_limit)
+    table = table.limited(violation_limit)
+    cut_off_row = arrays.cut_off_row
   except FedmfUserError as e:
     if str(e).startswith(path):
       raise
     raise type(e)(f"{path}: {e}") from None
+  if cut_off_row is not None:
+    stats = dataclasses.replace(stats, cut_off_row=cut_off_row)
+  return stats, table
 
 
 def audit_log(
