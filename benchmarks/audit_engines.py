@@ -308,6 +308,8 @@ def child(engine: str, path: str) -> None:
   t = time.perf_counter()
   importlib.import_module(IMPORTS[engine])
   imported = time.perf_counter() - t
+  if engine == "numba" and numba is None:
+    raise SystemExit("ModuleNotFoundError: No module named 'numba'")
   if engine == "numba":  # Load the cached compiled kernels (a fixed cost too).
     import numpy as np  # pylint: disable=g-import-not-at-top
 
