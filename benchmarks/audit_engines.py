@@ -234,6 +234,11 @@ if numba is not None:
       h = np.uint64(14695981039346656037)
       for p in range(lo, hi):
         h = (h ^ np.uint64(data[p])) * np.uint64(1099511628211)
+      # FNV's low bits cluster on ids that differ in their last digits: mix before masking
+      # (murmur3's finalizer step).
+      h ^= h >> np.uint64(33)
+      h *= np.uint64(0xFF51AFD7ED558CCD)
+      h ^= h >> np.uint64(33)
       slot = np.int64(h & np.uint64(mask))
       while True:
         code = table[slot]
@@ -285,6 +290,9 @@ if numba is not None:
       h = np.uint64(14695981039346656037)
       for p in range(arena_starts[code], arena_starts[code + 1]):
         h = (h ^ np.uint64(arena[p])) * np.uint64(1099511628211)
+      h ^= h >> np.uint64(33)
+      h *= np.uint64(0xFF51AFD7ED558CCD)
+      h ^= h >> np.uint64(33)
       slot = np.int64(h & np.uint64(size - 1))
       while table[slot] >= 0:
         slot = (slot + 1) & (size - 1)
