@@ -134,3 +134,15 @@ def test_the_command_line_exit_codes_end_to_end(tmp_path):
   assert done.returncode == 1 and "row 2" in done.stderr
   done = run(bom)
   assert done.returncode == 0, done.stderr
+
+
+def test_a_byte_order_mark_before_a_jsonl_log_is_accepted(tmp_path, capsys):
+  log = _write(
+    tmp_path,
+    "log.jsonl",
+    b'\xef\xbb\xbf{"round": 0, "client_id": "a"}\r\n{"round": 4, "client_id": "a"}\r\n',
+  )
+  code, out, err = _audit(capsys, log, "--json")
+  assert code == 0, err
+  result = json.loads(out)
+  assert result["clients"] == 1 and result["observed_min_sep"] == 4
