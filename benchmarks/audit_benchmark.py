@@ -164,25 +164,33 @@ def worker_audit(path: str, rounds: int) -> dict:
       timer.add("log (read + scan + finish), cpu of all threads", _cpu() - c)
 
   audit.scan_log = scan_log_with_cpu
-  accounting._sensitivity = timer.function("accounting: sensitivity calls", accounting._sensitivity)
-  curve._sensitivity = accounting._sensitivity
+  calls = {"sensitivity": 0}
+  inner = curve.cached_sensitivity
+
+  def counted(strategy, schema, method, cache):
+    """Times and counts the evaluations (not the cache hits) of the strategy's sensitivity."""
+    key = (schema.n, schema.min_sep, schema.max_participations)
+    if key in cache:
+      return cache[key]
+    calls["sensitivity"] += 1
+    t = time.perf_counter()
+    try:
+      return inner(strategy, schema, method, cache)
+    finally:
+      timer.add("accounting: sensitivity calls", time.perf_counter() - t)
+
+  curve.cached_sensitivity = counted
   accounting.pld_gaussian_epsilon = timer.function(
     "accounting: PLD epsilon (incl. import)", accounting.pld_gaussian_epsilon
+  )
+  accounting.gaussian_epsilon = timer.function(
+    "accounting: analytic epsilon", accounting.gaussian_epsilon
   )
   audit._pld_grid_points = timer.function(
     "accounting: PLD size check (incl. import)", audit._pld_grid_points
   )
   curve.epsilon_curve = timer.function("accounting: epsilon curve", curve.epsilon_curve)
   audit.curve_lib.epsilon_curve = curve.epsilon_curve
-  calls = {"sensitivity": 0}
-  inner = accounting._sensitivity
-
-  def counted(*args, **kwargs):
-    calls["sensitivity"] += 1
-    return inner(*args, **kwargs)
-
-  accounting._sensitivity = counted
-  curve._sensitivity = counted
   t, c = time.perf_counter(), _cpu()
   result = audit.audit_log(
     path,

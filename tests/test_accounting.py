@@ -167,7 +167,7 @@ def test_001_table4_blt_rows(row):
   lm, which, n, sigma, mins, k, rho_printed, eps_printed, b = row
   del mins
   acc = accounting.account(
-    blt(which), ParticipationSchema(n, b, k), sigma, 1e-10
+    blt(which), ParticipationSchema(n, b, k), sigma, 1e-10, accountant="pld"
   )  # PLD, like the paper.
   assert acc.sensitivity_method == "exact"
   # ρ is printed rounded UP to 2 significant digits (3 in the e-2 rows): es-ES prints 0.16 for
@@ -183,9 +183,9 @@ def test_001_table4_blt_rows(row):
 
 def test_001_table4_ptpt_needs_b_minus_1_convention():
   # With b = MinS as printed, pt-PT BLT-3.12 gives ε = 10.22, not the printed 10.19.
-  acc = accounting.account(blt(100), ParticipationSchema(430, 92, 4), 3.12, 1e-10)
+  acc = accounting.account(blt(100), ParticipationSchema(430, 92, 4), 3.12, 1e-10, accountant="pld")
   assert round(acc.epsilon, 2) != 10.19
-  acc = accounting.account(blt(100), ParticipationSchema(430, 93, 4), 3.12, 1e-10)
+  acc = accounting.account(blt(100), ParticipationSchema(430, 93, 4), 3.12, 1e-10, accountant="pld")
   assert round(acc.epsilon, 2) == 10.19
 
 
@@ -348,7 +348,7 @@ def test_noise_multipliers_at_the_float64_edges_are_one_line_errors_or_exact():
   with pytest.raises(
     FedmfUserError, match="beyond the PLD accountant's range.*--accountant analytic"
   ):
-    accounting.account(DPSGD, ONE_ROUND, 1e300, 1e-5)
+    accounting.account(DPSGD, ONE_ROUND, 1e300, 1e-5, accountant="pld")
   far = accounting.account(DPSGD, ONE_ROUND, 1e300, 1e-5, accountant="analytic")
   assert far.epsilon == 0.0 and far.rho == 0.0  # exact: δ(0) ≈ 4e-301 ≤ δ
   near = accounting.account(DPSGD, ONE_ROUND, 1e-6, 1e-5, accountant="analytic")  # μ = 1e6

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from fedmf.privacy import audit, participation_log
+from fedmf.privacy import audit, log_scan, participation_log
 
 
 def reference(rows, min_sep=None, max_participations=None):
@@ -138,9 +138,9 @@ def test_scan_equals_reference(rows, min_sep, max_part, limit, batch, chunk, his
   rounds, codes, ids = arrays_of(rows)
   batches = [(rounds[i : i + batch], codes[i : i + batch]) for i in range(0, len(rows), batch)]
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(audit, "_CHUNK_ROWS", chunk)
+    mp.setattr(log_scan, "_CHUNK_ROWS", chunk)
     if history is not None:
-      mp.setattr(audit, "_HISTORY_ROWS", history)
+      mp.setattr(log_scan, "_HISTORY_ROWS", history)
     scan = audit.LogScan(min_sep, max_part, limit)
     for r, c in batches:
       scan.update(r, c)
@@ -194,7 +194,7 @@ def test_scan_log_file_equals_reference(
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(participation_log, "_CSV_BLOCK_SIZE", 64)
     if history is not None:
-      mp.setattr(audit, "_HISTORY_ROWS", history)
+      mp.setattr(log_scan, "_HISTORY_ROWS", history)
     stats, table = audit.scan_log(
       path, min_sep=min_sep, max_participations=max_part, violation_limit=3
     )
@@ -228,7 +228,7 @@ def test_second_pass_refuses_a_log_that_changed(tmp_path, monkeypatch):
   path = tmp_path / "log.csv"
   rows = [(r, f"c{c}") for r in range(4) for c in range(3)]
   participation_log.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
-  monkeypatch.setattr(audit, "_HISTORY_ROWS", 0)  # Nothing kept: listing needs a second pass.
+  monkeypatch.setattr(log_scan, "_HISTORY_ROWS", 0)  # Nothing kept: listing needs a second pass.
   read = participation_log.iter_participation_codes
   calls = []
 

@@ -82,10 +82,12 @@ def log_format(path: str | os.PathLike[str]) -> LogFormat:
 
 
 def _open_text(path: str, fmt: LogFormat):
+  # utf-8-sig: a byte-order mark before the header (as spreadsheet programs write) is not part of
+  # the first column's name; pyarrow's CSV reader skips it too.
   return (
-    gzip.open(path, "rt", encoding="utf-8", newline="")
+    gzip.open(path, "rt", encoding="utf-8-sig", newline="")
     if fmt.gzip
-    else open(path, "r", encoding="utf-8", newline="")
+    else open(path, "r", encoding="utf-8-sig", newline="")
   )
 
 
@@ -119,6 +121,8 @@ def _validate_batch(path: str, batch: pa.RecordBatch | pa.Table, first_row: int)
   """Validates and normalizes ``round`` to int64 and ``client_id`` to string. Rows are 1-based."""
   table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
   rounds = table.column(ROUND)
+  if pa.types.is_string(rounds.type) or pa.types.is_large_string(rounds.type):
+    rounds = _numeric_rounds(path, rounds, first_row)
   rtype = rounds.type
   if pa.types.is_null(rtype) and len(rounds):
     raise ParticipationLogError(f"{path}: row {first_row}: missing round")
@@ -182,6 +186,31 @@ def _validate_batch(path: str, batch: pa.RecordBatch | pa.Table, first_row: int)
   table = table.set_column(table.schema.get_field_index(ROUND), ROUND, pa.array(r_int, pa.int64()))
   table = table.set_column(table.schema.get_field_index(CLIENT_ID), CLIENT_ID, ids)
   return table
+
+
+def _numeric_rounds(path: str, rounds: Any, first_row: int) -> Any:
+  """Rounds read as text (some value is not a number) as float64, or an error naming the row.
+
+  The rows before the first one that is not a number are numbers: the first of them that is not an
+  integer (``1.5`` before ``x``) is named instead, as the float64 read would have.
+  """
+  try:
+    return pc.cast(rounds, pa.float64())
+  except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    pass
+  for i, text in enumerate(rounds.to_pylist()):  # An error path: the batch's rows one by one.
+    if text is None:
+      continue
+    try:
+      pc.cast(pa.scalar(text, pa.string()), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+      prefix = pc.cast(rounds.slice(0, i), pa.float64())
+      _validate_batch(path, pa.table({ROUND: prefix, CLIENT_ID: pa.array(["-"] * i)}), first_row)
+      shown = text if len(text) <= 30 else text[:27] + "..."
+      raise ParticipationLogError(
+        f"{path}: row {first_row + i}: round {shown!r} is not an integer"
+      ) from None
+  raise ParticipationLogError(f"{path}: column 'round' must hold integers")
 
 
 def _round_out_of_range(path: str, row: int, shown: str) -> ParticipationLogError:
@@ -251,8 +280,103 @@ class _Progress:
       self.bar.close()
 
 
+class LogTail:
+  """What the reader saw at the end of a CSV log (filled in as the last batch is read).
+
+  ``cut_off_row``: the 1-based row number of the last row when the file's last line has no line
+  end: a writer stopped mid-line leaves such a line, whose client id may be incomplete (``cli`` of
+  ``client_7``). The row is read, and the caller reports it (``fedmf audit --strict`` fails).
+  Mutable on purpose: the reader is a generator, and this is how it hands back what it found.
+  """
+
+  def __init__(self) -> None:
+    self.cut_off_row: Optional[int] = None
+
+
+# The last line is checked for an open quote from at most this many final bytes of the file.
+_TAIL_BYTES = 1 << 16
+
+
+class _TailKeepingStream(io.RawIOBase):
+  """A readable stream passing through another's bytes and keeping the last ``_TAIL_BYTES``.
+
+  For ``.csv.gz``: the end of the decompressed text is known only once it has been read, and this
+  sees it on the way to pyarrow's CSV reader (one Python call per 4 MiB block).
+  """
+
+  def __init__(self, inner: Any):
+    super().__init__()
+    self._inner = inner
+    self.tail = b""
+
+  def readable(self) -> bool:
+    return True
+
+  def read(self, size: int = -1) -> bytes:
+    data = self._inner.read(size) if size is not None and size >= 0 else self._inner.read()
+    data = bytes(data)
+    if data:
+      self.tail = (
+        (self.tail + data)[-_TAIL_BYTES:] if len(data) < _TAIL_BYTES else data[-_TAIL_BYTES:]
+      )
+    return data
+
+  def readinto(self, buffer) -> int:
+    data = self.read(len(buffer))
+    buffer[: len(data)] = data
+    return len(data)
+
+
+def _file_tail(path: str) -> bytes:
+  """The last ``_TAIL_BYTES`` bytes of an uncompressed file."""
+  with open(path, "rb") as f:
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(0, size - _TAIL_BYTES))
+    return f.read()
+
+
+def _open_quote(line: bytes) -> bool:
+  """Whether a CSV line ends inside a quoted field (its quote never closed)."""
+  try:
+    list(csv.reader([line.decode("utf-8", errors="replace")], strict=True))
+  except csv.Error:
+    return True
+  return False
+
+
+def _check_last_line(path: str, tail: bytes, rows: int, last_ids: Optional[pa.Array], end: LogTail):
+  """Checks the end of a CSV log whose ``rows`` rows have been read (docs/participation-log.md).
+
+  * The file ends inside a quoted field: an error naming the row. Either the last line opens a
+    quote and has no line end (a writer killed mid-field: ``3,"cli``), or a quote opened earlier
+    never closed and swallowed every line after it into the last row's client id (which then ends
+    with the file's own last bytes, line break included).
+  * The last line has no line end: ``end.cut_off_row`` is set (reported, not refused).
+  """
+  if rows == 0 or not tail:
+    return
+  if tail[-1:] not in (b"\n", b"\r"):
+    last_line = tail.rsplit(b"\n", 1)[-1]
+    if _open_quote(last_line):
+      raise ParticipationLogError(
+        f"{path}: row {rows}: unterminated quote (the last line is cut off)"
+      )
+    end.cut_off_row = rows
+    return
+  if last_ids is not None and len(last_ids):
+    last = last_ids[len(last_ids) - 1].as_py()
+    if last and ("\n" in last or "\r" in last) and tail.endswith(last.encode("utf-8")):
+      raise ParticipationLogError(
+        f"{path}: row {rows}: unterminated quote (the client id runs to the end of the file)"
+      )
+
+
 def _iter_csv(
-  path: str, fmt: LogFormat, columns: Sequence[str] | None, progress: Optional[_Progress] = None
+  path: str,
+  fmt: LogFormat,
+  columns: Sequence[str] | None,
+  progress: Optional[_Progress] = None,
+  end: Optional[LogTail] = None,
 ) -> Iterator[Any]:
   import pyarrow.csv as pacsv  # pylint: disable=g-import-not-at-top
 
@@ -262,11 +386,14 @@ def _iter_csv(
   for col in include:
     if col not in header:
       raise ParticipationLogError(f"{path}: missing column '{col}'")
+  end = end if end is not None else LogTail()
   # Rounds are read as int64 first (twice as fast to parse as float64); if a value does not parse
   # as an integer ("3.0", "1.5", "nan", ...), the file is re-read with float64 rounds from the first
-  # row not yet yielded, so that _validate_batch accepts integral floats and names the bad row.
+  # row not yet yielded, so that _validate_batch accepts integral floats and names the bad row; if
+  # one is not a number at all ("x"), as text, for _validate_batch to name its row.
   emitted = 0
-  for round_type in (pa.int64(), pa.float64()):
+  last_ids = None
+  for round_type in (pa.int64(), pa.float64(), pa.string()):
     convert = pacsv.ConvertOptions(
       column_types={ROUND: round_type, CLIENT_ID: pa.string()},
       include_columns=include,
@@ -278,7 +405,8 @@ def _iter_csv(
     raw = None
     try:
       raw = pa.OSFile(path, "rb")
-      stream = pa.CompressedInputStream(raw, "gzip") if fmt.gzip else raw
+      tracked = _TailKeepingStream(pa.CompressedInputStream(raw, "gzip")) if fmt.gzip else None
+      stream = pa.PythonFile(tracked, mode="r") if tracked is not None else raw
       reader = pacsv.open_csv(
         stream, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_SIZE), convert_options=convert
       )
@@ -286,6 +414,8 @@ def _iter_csv(
         try:
           batch = reader.read_next_batch()
         except StopIteration:
+          tail = tracked.tail if tracked is not None else _file_tail(path)
+          _check_last_line(path, tail, emitted, last_ids, end)
           return
         if skip:
           if batch.num_rows <= skip:
@@ -294,11 +424,13 @@ def _iter_csv(
           batch = batch.slice(skip)
           skip = 0
         emitted += batch.num_rows
+        if batch.num_rows:
+          last_ids = batch.column(CLIENT_ID).slice(batch.num_rows - 1)
         if progress is not None:
           progress.position(raw.tell())
         yield batch
     except pa.ArrowInvalid as e:
-      if pa.types.is_integer(round_type) and "conversion error to int64" in str(e):
+      if not pa.types.is_string(round_type) and "conversion error to" in str(e):
         continue
       raise _arrow_error(path, e) from None
     except (pa.ArrowIOError, OSError, EOFError) as e:
@@ -396,7 +528,10 @@ def _iter_parquet(path: str, columns: Sequence[str] | None) -> Iterator[Any]:
 
 
 def iter_log_batches(
-  path: str | os.PathLike[str], columns: Sequence[str] | None = None, progress: bool = False
+  path: str | os.PathLike[str],
+  columns: Sequence[str] | None = None,
+  progress: bool = False,
+  end: Optional[LogTail] = None,
 ) -> Iterator[pa.Table]:
   """Streams a participation log as validated tables (round: int64, client_id: string).
 
@@ -404,9 +539,12 @@ def iter_log_batches(
     path: A ``.csv``, ``.csv.gz``, ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file.
     columns: Columns to read (must include 'round' and 'client_id'); None reads all, extras kept.
     progress: Show a tqdm progress bar on stderr (the caller decides: e.g. only on a terminal).
+    end: Receives what the end of a CSV file showed (``LogTail.cut_off_row``: a last line without
+      its line end), once the last batch has been read.
 
   Raises:
-    ParticipationLogError: missing file, empty log, missing column, bad round or client_id.
+    ParticipationLogError: missing file, empty log, missing column, bad round or client_id, a
+      quote never closed.
   """
   path = os.fspath(path)
   fmt = log_format(path)
@@ -415,7 +553,7 @@ def iter_log_batches(
     columns = list(dict.fromkeys(list(REQUIRED_COLUMNS) + list(columns)))
   bar = _Progress(path, progress, fmt)
   if fmt.kind == "csv":
-    batches = _iter_csv(path, fmt, columns, bar)
+    batches = _iter_csv(path, fmt, columns, bar, end)
   elif fmt.kind == "jsonl":
     batches = _iter_jsonl(path, fmt, columns)
   else:
@@ -472,6 +610,7 @@ class ParticipationArrays:
   rounds: np.ndarray
   codes: np.ndarray
   client_ids: pa.Array
+  cut_off_row: Optional[int] = None  # See LogTail.
 
   @property
   def rows(self) -> int:
@@ -479,14 +618,17 @@ class ParticipationArrays:
 
 
 def iter_participation_codes(
-  path: str | os.PathLike[str], index: "ClientIndex", progress: bool = False
+  path: str | os.PathLike[str],
+  index: "ClientIndex",
+  progress: bool = False,
+  end: Optional[LogTail] = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """Streams a log as (rounds int64, codes int32) per batch; ``index`` maps ids to codes.
 
   New ids are added to ``index`` (codes number the clients in order of first appearance), so a
   second pass with the same index gives the same codes. Memory: one batch plus the index.
   """
-  for table in iter_log_batches(path, columns=REQUIRED_COLUMNS, progress=progress):
+  for table in iter_log_batches(path, columns=REQUIRED_COLUMNS, progress=progress, end=end):
     rounds = table.column(ROUND).to_numpy()
     chunks = table.column(CLIENT_ID).chunks
     codes = (
@@ -506,15 +648,17 @@ def read_participation_arrays(
   in that order (as ``pyarrow.compute.dictionary_encode`` would), through ``ClientIndex``.
   """
   index = ClientIndex()
+  end = LogTail()
   round_chunks: list[np.ndarray] = []
   code_chunks: list[np.ndarray] = []
-  for rounds, codes in iter_participation_codes(path, index, progress=progress):
+  for rounds, codes in iter_participation_codes(path, index, progress=progress, end=end):
     round_chunks.append(rounds)
     code_chunks.append(codes)
   return ParticipationArrays(
     rounds=np.concatenate(round_chunks).astype(np.int64, copy=False),
     codes=np.concatenate(code_chunks),
     client_ids=index.client_ids(),
+    cut_off_row=end.cut_off_row,
   )
 
 
