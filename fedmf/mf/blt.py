@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 
+from fedmf.mf import checks
+from fedmf.mf import lbfgs
 from fedmf.mf import resources
 from fedmf.mf import sensitivity
-from fedmf.mf import strategy as strategy_lib
 from fedmf.mf import streaming
+from fedmf.mf import strategy as strategy_lib
 from fedmf.mf.sensitivity import AssumptionError
 
 __all__ = [
@@ -45,7 +47,6 @@ __all__ = [
   'optimize_blt',
 ]
 
-ProgressFn = Optional[Callable[[dict], None]]
 PENALTY_STRENGTH = 1e-7  # λ of BLT Alg. 4.
 
 
@@ -531,17 +532,14 @@ def _optimize_fixed(
   rng: np.random.Generator,
   penalty: float,
   max_iter: int,
-  progress: ProgressFn,
+  progress: lbfgs.ProgressFn,
 ) -> dict:
   """Best of `num_starts` L-BFGS runs for a fixed number of buffers."""
-  import scipy.optimize  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
-
   best = None
   rejected = []
   for start in range(num_starts):
     s0 = _initial_interlaced(nbuf, n, None if start == 0 else rng)
     u0 = _params_from_interlaced(s0)
-    iters = [0]
 
     def fun(u: np.ndarray) -> tuple[float, np.ndarray]:
       s, jac = _interlaced_from_params(u)
@@ -558,34 +556,35 @@ def _optimize_fixed(
       g_s[1::2] = gth
       return loss, jac.T @ g_s
 
-    def callback(u: np.ndarray, start: int = start) -> None:
-      iters[0] += 1
-      if progress is not None and iters[0] % 10 == 0:
+    def on_step(step: lbfgs.Step, start: int = start) -> None:
+      if step.iteration % 10 == 0:
         progress(
           {
             'stage': 'blt',
             'num_buffers': nbuf,
             'start': start,
-            'iteration': iters[0],
-            'loss': fun(u)[0],
+            'iteration': step.iteration,
+            'loss': fun(step.x)[0],
           }
         )
 
     with np.errstate(all='ignore'):
-      res = scipy.optimize.minimize(
+      res = lbfgs.minimize(
         fun,
         u0,
-        jac=True,
-        method='L-BFGS-B',
-        callback=callback,
-        options={'maxiter': max_iter, 'maxcor': 30, 'ftol': 1e-15, 'gtol': 1e-12},
+        max_iter=max_iter,
+        memory=30,
+        line_search='scipy',
+        ftol=1e-15,
+        gtol=1e-12,
+        on_step=None if progress is None else on_step,
       )
     s, _ = _interlaced_from_params(res.x)
     theta, theta_hat = s[0::2], s[1::2]
     record = {
       'num_buffers': nbuf,
       'start': start,
-      'iterations': iters[0],
+      'iterations': res.iterations,
       'message': str(res.message),
     }
     try:
@@ -629,7 +628,7 @@ def optimize_blt(
   objective: str = 'max',
   num_starts: int = 8,
   seed: int = 0,
-  progress: ProgressFn = None,
+  progress: lbfgs.ProgressFn = None,
   max_buffers: int = 5,
   penalty: float = PENALTY_STRENGTH,
   max_iter: int = 2000,
@@ -743,31 +742,31 @@ class Blt(strategy_lib.Strategy):
 
   @classmethod
   def from_dict(cls, obj):
-    buf_decay = strategy_lib.float_vector(obj, 'buf_decay')
-    output_scale = strategy_lib.float_vector(obj, 'output_scale')
+    buf_decay = checks.float_vector(obj, 'buf_decay')
+    output_scale = checks.float_vector(obj, 'output_scale')
     if len(buf_decay) != len(output_scale):
-      raise strategy_lib.StrategyError(
+      raise checks.StrategyError(
         f"strategy fields 'buf_decay' and 'output_scale' must have equal length, got "
         f"{len(buf_decay)} and {len(output_scale)}"
       )
     outside = np.flatnonzero((buf_decay <= 0) | (buf_decay >= 1))
     if outside.size:
       i = outside[0]
-      raise strategy_lib.StrategyError(
+      raise checks.StrategyError(
         f"strategy field 'buf_decay' must lie in (0, 1), got {buf_decay[i]!r} at index {i}"
       )
     if len(np.unique(buf_decay)) != len(buf_decay):
-      raise strategy_lib.StrategyError("strategy field 'buf_decay' must have distinct values")
+      raise checks.StrategyError("strategy field 'buf_decay' must have distinct values")
     negative = np.flatnonzero(output_scale < 0)
     if negative.size:
       i = negative[0]
-      raise strategy_lib.StrategyError(
+      raise checks.StrategyError(
         f"strategy field 'output_scale' must be >= 0, got {output_scale[i]!r} at index {i}"
       )
     strategy = cls(
-      strategy_lib.readonly(buf_decay),
-      strategy_lib.readonly(output_scale),
-      metadata=strategy_lib.extra_fields(obj, ('buf_decay', 'output_scale')),
+      checks.readonly(buf_decay),
+      checks.readonly(output_scale),
+      metadata=checks.extra_fields(obj, ('buf_decay', 'output_scale')),
     )
     strategy.check_conditioning()
     return strategy

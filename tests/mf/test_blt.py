@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from fedmf.mf import toeplitz_math
 from fedmf.mf import blt
 from fedmf.mf import streaming
-from fedmf.mf import toeplitz
 from fedmf.mf import workloads
 from tests.mf.brute_force import brute_force_patterns
 
@@ -78,7 +78,7 @@ def test_min_sep_sensitivity_reference_table(min_sep, k, expected):
   sens = blt.blt_sensitivity(theta, omega, n, min_sep, k)
   assert sens**2 == pytest.approx(expected, rel=1e-8)
   # Independent brute force over 0/1 patterns (X >= 0 here).
-  m = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
+  m = toeplitz_math.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
   brute = max(np.sum(m[:, list(p)].sum(axis=1) ** 2) for p in brute_force_patterns(n, min_sep, k))
   assert sens**2 == pytest.approx(brute, rel=1e-12)
 
@@ -96,11 +96,11 @@ def test_inverse_blt_matches_dense_inverse(nbuf):
   assert np.all(omega > 0) and omega.sum() < 1
   n = 60
   c = blt.blt_coefs(theta, omega, n)
-  dense_inv = np.linalg.inv(toeplitz.lt_toeplitz(c, n))
+  dense_inv = np.linalg.inv(toeplitz_math.lt_toeplitz(c, n))
   theta_hat, omega_hat = blt.inverse_blt(theta, omega)
   np.testing.assert_allclose(theta_hat, np.sort(theta_hat_true)[::-1], rtol=1e-9)
   np.testing.assert_allclose(blt.blt_coefs(theta_hat, omega_hat, n), dense_inv[:, 0], atol=1e-10)
-  np.testing.assert_allclose(toeplitz.inverse_coefs(c, n), dense_inv[:, 0], atol=1e-10)
+  np.testing.assert_allclose(toeplitz_math.inverse_coefs(c, n), dense_inv[:, 0], atol=1e-10)
   np.testing.assert_allclose(blt.blt_inverse_coefs(theta, omega, n), dense_inv[:, 0], atol=1e-10)
   # The inverse of the inverse is the original.
   theta2, omega2 = blt.inverse_blt(theta_hat, omega_hat)
@@ -118,7 +118,7 @@ def test_inverse_blt_non_interlaced_negative_scale():
   n = 40
   np.testing.assert_allclose(
     blt.blt_coefs(theta_hat, omega_hat, n),
-    toeplitz.inverse_coefs(blt.blt_coefs(theta, omega, n), n),
+    toeplitz_math.inverse_coefs(blt.blt_coefs(theta, omega, n), n),
     atol=1e-12,
   )
 
@@ -153,7 +153,7 @@ def test_streams_match_dense(shape):
   theta, theta_hat = _random_interlaced(rng, 3)
   omega = blt.output_scale_from_decays(theta, theta_hat)
   n = 25
-  c_dense = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
+  c_dense = toeplitz_math.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
   x = rng.normal(size=(n,) + shape)
   flat = x.reshape(n, -1)
   expected_mul = (c_dense @ flat).reshape(x.shape)
@@ -185,7 +185,7 @@ def test_losses_match_dense():
   theta, theta_hat = _random_interlaced(rng, 2)
   omega = blt.output_scale_from_decays(theta, theta_hat)
   n, min_sep, k = 13, 4, 3
-  c_dense = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
+  c_dense = toeplitz_math.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
   decoder = workloads.prefix_sum(n) @ np.linalg.inv(c_dense)
   max_err = np.sqrt(np.max(np.sum(decoder**2, axis=1)))
   rms_err = np.linalg.norm(decoder) / np.sqrt(n)
