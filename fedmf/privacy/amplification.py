@@ -140,8 +140,14 @@ def epsilon_for(
   delta: float,
   max_column_norm: float = 1.0,
   accountant: str = "pld",
+  pld_interval: float = accounting.PLD_VALUE_DISCRETIZATION,
 ) -> tuple[float, str]:
-  """(ε, accountant used) of the amplified event; q = 1 is one Gaussian (module docstring)."""
+  """(ε, accountant used) of the amplified event; q = 1 is one Gaussian (module docstring).
+
+  `pld_interval` is the PLD value discretization: any interval gives a valid upper bound
+  (dp_accounting's pessimistic PLD); 1e-3 is about 10× faster than the default 1e-4 and within
+  1e-3 in ε where measured (docs/mechanisms.md, Choosing b̂).
+  """
   sigma = events.validate_noise_multiplier(noise_multiplier)
   q = sampling.sampling_probability
   if q == 1.0:
@@ -150,7 +156,66 @@ def epsilon_for(
       accountant
     )
   event = events.amplified_bandmf_event(sigma, n, sampling.partitions, q, max_column_norm)
-  return accounting.pld_epsilon(event, delta), "pld"
+  return accounting.pld_epsilon(event, delta, pld_interval), "pld"
+
+
+def unamplified_noise(
+  target_epsilon: float, n: int, sampling: CyclicPoissonSampling, max_column_norm: float, delta
+) -> float:
+  """σ of the same schema without sampling (q = 1, exact curve): an upper bound on the amplified
+  σ, since Poisson subsampling never increases ε."""
+  mu = accounting.gaussian_mu_for_epsilon(target_epsilon, delta)
+  return math.sqrt(sampling.steps(n)) * max_column_norm / mu
+
+
+def calibrate(epsilon_of, target_epsilon: float, upper: float, rtol: float = 1e-4) -> float:
+  """The smallest σ (to a relative `rtol`) with epsilon_of(σ) ≤ target, for decreasing ε(σ).
+
+  Bracketed from `upper` downwards by factors of 4, then the Illinois variant of regula falsi on
+  log ε against log σ (nearly linear), so a calibration costs about 6-10 evaluations of ε instead
+  of the ~20 of a bisection. The σ returned always satisfies ε(σ) ≤ target (conservative side).
+  """
+  target = accounting.validate_epsilon(target_epsilon)
+  log_target = math.log(target)
+
+  def g(x: float) -> float:
+    eps = epsilon_of(math.exp(x))
+    return (math.log(eps) if eps > 0 else -745.0) - log_target if math.isfinite(eps) else 745.0
+
+  hi = math.log(upper)
+  g_hi = g(hi)
+  for _ in range(200):
+    if g_hi <= 0:
+      break
+    hi += math.log(4.0)
+    g_hi = g(hi)
+  else:
+    raise FedmfUserError(f"no noise multiplier reaches epsilon {target_epsilon:g}")
+  lo, g_lo = hi, g_hi
+  for _ in range(60):
+    lo -= math.log(4.0)
+    g_lo = g(lo)
+    if g_lo > 0:
+      break
+    hi, g_hi = lo, g_lo
+    if lo < math.log(1e-3):
+      return math.exp(hi)  # Even tiny noise reaches the target: conservative.
+  side = 0
+  while hi - lo > rtol:
+    x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
+    x = min(max(x, lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
+    gx = g(x)
+    if gx > 0:
+      lo, g_lo = x, gx
+      if side == -1:
+        g_hi /= 2.0
+      side = -1
+    else:
+      hi, g_hi = x, gx
+      if side == 1:
+        g_lo /= 2.0
+      side = 1
+  return math.exp(hi)
 
 
 def noise_for(
@@ -161,25 +226,29 @@ def noise_for(
   max_column_norm: float = 1.0,
   accountant: str = "pld",
   rtol: float = 1e-4,
+  pld_interval: float = accounting.PLD_VALUE_DISCRETIZATION,
+  upper: Optional[float] = None,
 ) -> float:
-  """The smallest σ (to rtol, conservative side) whose amplified ε is at most the target."""
-  q = sampling.sampling_probability
-  if q == 1.0:
+  """The smallest σ (to rtol, conservative side) whose amplified ε is at most the target.
+
+  `upper`: a σ known to reach the target (default: the unamplified σ, slightly raised).
+  """
+  delta = accounting.validate_delta(delta)
+  if sampling.sampling_probability == 1.0:
     # Invert the exact curve, then step up until the chosen accountant agrees (PLD is pessimistic).
-    mu = accounting.gaussian_mu_for_epsilon(target_epsilon, delta)
-    sigma = math.sqrt(sampling.steps(n)) * max_column_norm / mu * (1.0 + 1e-12)
+    sigma = unamplified_noise(target_epsilon, n, sampling, max_column_norm, delta) * (1.0 + 1e-12)
     for _ in range(60):
       if epsilon_for(sigma, n, sampling, delta, max_column_norm, accountant)[0] <= target_epsilon:
         return sigma
       sigma *= 1.0 + rtol
     raise FedmfUserError(f"calibration did not reach epsilon {target_epsilon:g}")
-  return accounting.calibrate_event_noise(
-    lambda s: events.amplified_bandmf_event(
-      s, n, sampling.partitions, sampling.sampling_probability, max_column_norm
-    ),
+  if upper is None:
+    upper = unamplified_noise(target_epsilon, n, sampling, max_column_norm, delta) * 1.01
+  return calibrate(
+    lambda s: epsilon_for(s, n, sampling, delta, max_column_norm, accountant, pld_interval)[0],
     target_epsilon,
-    delta,
-    rtol=rtol,
+    upper,
+    rtol,
   )
 
 
