@@ -47,17 +47,29 @@ class CyclicPoissonSampling:
     b = self.batch_size
     if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and b > 0):
       raise FedmfUserError(f"batch size must be a number > 0, got {b!r}")
-    if self.partitions * float(b) > self.dataset_size:
+    if self.partitions * float(b) > self.dataset_size * (1.0 + 1e-12):
       raise FedmfUserError(
         f"{self.partitions} partitions of {self.dataset_size} examples hold "
         f"{self.dataset_size / self.partitions:.6g} each, fewer than the batch size {b:g}: "
         f"use at most {int(self.dataset_size // b)} partitions (dataset size / batch size)"
       )
 
+  @classmethod
+  def from_probability(
+    cls, dataset_size: int, partitions: int, sampling_probability: float
+  ) -> "CyclicPoissonSampling":
+    """The sampling that joins each member of the round's partition with probability q."""
+    q = float(sampling_probability)
+    if not (math.isfinite(q) and 0.0 < q <= 1.0):
+      raise FedmfUserError(f"sampling probability must be in (0, 1], got {sampling_probability!r}")
+    return cls(int(dataset_size), q * dataset_size / partitions, int(partitions))
+
   @property
   def sampling_probability(self) -> float:
-    """q = P·B/N (BandMF §5: partitions of N/P, expected batch B)."""
-    return events.bandmf_sampling_probability(self.batch_size, self.dataset_size, self.partitions)
+    """q = P·B/N (BandMF §5: partitions of N/P, expected batch B); exactly 1 within 1e-12, so
+    that a full partition is accounted as unsampled."""
+    q = self.partitions * float(self.batch_size) / self.dataset_size
+    return 1.0 if abs(q - 1.0) <= 1e-12 else q
 
   def steps(self, n: int) -> int:
     """⌈n/P⌉: the queries one example's partition answers over n rounds (BandMF Thm 4)."""
