@@ -196,12 +196,42 @@ def _error_weights(n: int, objective: str) -> np.ndarray:
   raise ValueError(f"objective must be 'max' or 'rms', got {objective!r}")
 
 
+# Above this n·bands the banded-Toeplitz loss uses FFT products (O(n log n)) instead of the IIR
+# recursion (O(n·bands), sequential): Scaling BandMF §3's regime (n = 10⁶, 1024 bands). Below it
+# the recursion is kept, so that strategies optimized at small sizes stay bit for bit the same.
+FFT_WORK = 2**26
+
+
+def inverse_series_fft(coefs: Any, n: int) -> np.ndarray:
+  """The first n coefficients ĉ of 1/c(x), i.e. C⁻¹ e_0 for C = LtToep(coefs), in O(n log n).
+
+  Newton's iteration for the reciprocal of a power series (Kung 1974; von zur Gathen & Gerhard,
+  Modern Computer Algebra, Alg. 9.3): g ← g − g·(c·g − 1) mod x^{2m} doubles the correct
+  coefficients per step, each step two FFT products of length ≤ 2m.
+  """
+  import scipy.signal  # pylint: disable=g-import-not-at-top
+
+  c = np.asarray(coefs, dtype=np.float64).ravel()[:n]
+  if c.size == 0 or c[0] == 0.0:
+    raise ValueError('coefs[0] (the diagonal) must be non-zero')
+  g = np.array([1.0 / c[0]])
+  m = 1
+  while m < n:
+    m2 = min(2 * m, n)
+    # c·g agrees with 1 on its first m coefficients; its next m2 - m are the residual h.
+    h = scipy.signal.fftconvolve(c[:m2], g)[m:m2]
+    g = np.concatenate([g, -scipy.signal.fftconvolve(g[: m2 - m], h)[: m2 - m]])
+    m = m2
+  return g
+
+
 def band_toeplitz_loss_and_grad(
   coefs: np.ndarray, n: int, shifts: list[int], weights: np.ndarray
 ) -> tuple[float, float, float, np.ndarray]:
   """Squared loss sens²·err² of LtToep(coefs) and its gradient w.r.t. coefs.
 
-  Cost O(n · bands). Returns (loss_sq, sens_sq, err_sq, grad).
+  Cost O(n · bands), or O(n log n) by FFT products above `FFT_WORK`. Returns (loss_sq, sens_sq,
+  err_sq, grad).
 
   Error (Scaling BandMF Prop 3.1): ĉ = C⁻¹ e_0 by lfilter, b = cumsum(ĉ) = C⁻¹·1,
   err² = Σ w_i b_i². Adjoint: with g = ∂err²/∂ĉ, dĉ = -C⁻¹ LtToep(ĉ) dc, so
@@ -212,14 +242,22 @@ def band_toeplitz_loss_and_grad(
   import scipy.signal  # Lazy: scipy.signal and scipy.optimize cost ~0.5 s to import.
 
   bands = coefs.size
-  impulse = np.zeros(n)
-  impulse[0] = 1.0
-  chat = scipy.signal.lfilter([1.0], coefs, impulse)
+  fft = n * bands > FFT_WORK
+  if fft:
+    chat = inverse_series_fft(coefs, n)
+  else:
+    impulse = np.zeros(n)
+    impulse[0] = 1.0
+    chat = scipy.signal.lfilter([1.0], coefs, impulse)
   b = np.cumsum(chat)
   err_sq = float(np.sum(weights * b * b))
   g_b = 2.0 * weights * b
   g_chat = np.cumsum(g_b[::-1])[::-1]
-  v = scipy.signal.lfilter([1.0], coefs, g_chat[::-1])[::-1]  # C⁻ᵀ g_chat.
+  if fft:
+    # C⁻ᵀ g = LtToep(ĉ)ᵀ g: (C⁻ᵀ g)_t = Σ_{i≥t} ĉ_{i-t} g_i, a correlation by FFT.
+    v = scipy.signal.fftconvolve(g_chat, chat[::-1])[n - 1 : 2 * n - 1]
+  else:
+    v = scipy.signal.lfilter([1.0], coefs, g_chat[::-1])[::-1]  # C⁻ᵀ g_chat.
   # (LtToep(ĉ)ᵀ v)_t = Σ_{i≥t} ĉ_{i-t} v_i for t < bands: a correlation.
   corr = scipy.signal.fftconvolve(v, chat[::-1])[n - 1 : n - 1 + bands]
   g_err = -corr
