@@ -63,20 +63,7 @@ def add_parser(subparsers: Any) -> None:
     "round i samples partition i mod P with probability q = P*BATCH/N_DATA; with both flags the "
     "strategy is accounted with amplification (--min-sep/--max-participations are then not used)",
   )
-  amp.add_argument(
-    "--dataset-size",
-    type=common.positive_int,
-    default=None,
-    metavar="N_DATA",
-    help="number of examples (or devices) N sampled from",
-  )
-  amp.add_argument(
-    "--batch-size",
-    type=common.positive_float,
-    default=None,
-    metavar="BATCH",
-    help="expected batch size B per round",
-  )
+  common.add_sampling_args(amp)
   amp.add_argument(
     "--partitions",
     type=common.positive_int,
@@ -118,22 +105,9 @@ def run(args: argparse.Namespace) -> int:
       method=args.sensitivity,
       accountant=args.accountant,
     )
-  out = {
-    "strategy": args.strategy,
-    "mechanism": strategy.mechanism,
-    "n": args.n,
-    "min_sep": args.min_sep,
-    "max_participations": args.max_participations,
-    **result.to_dict(),
-    "calibrated": args.target_epsilon is not None,
-  }
-  if args.target_epsilon is not None:
-    out["target_epsilon"] = args.target_epsilon
-  if args.json:
-    print(json.dumps(out))
+  fields = {"min_sep": args.min_sep, "max_participations": args.max_participations}
+  if _print_head(args, strategy, {**fields, **result.to_dict()}, schema.describe()):
     return 0
-  print(f"strategy: {args.strategy} ({strategy.describe()})")
-  print(f"participation: {schema.describe()}")
   print(
     f"sensitivity: {result.sensitivity:.6g} ({result.sensitivity_method}, "
     f"{result.sensitivity_algorithm})"
@@ -145,6 +119,20 @@ def run(args: argparse.Namespace) -> int:
   if result.sensitivity_method == "lower-bound":
     print("warning: the sensitivity is a lower bound; epsilon is not a guarantee")
   return 0
+
+
+def _print_head(args, strategy, fields: dict, participation: str) -> bool:
+  """Prints the JSON object (then True: done) or the text lines every accounting starts with."""
+  out = {"strategy": args.strategy, "mechanism": strategy.mechanism, "n": args.n, **fields}
+  out["calibrated"] = args.target_epsilon is not None
+  if args.target_epsilon is not None:
+    out["target_epsilon"] = args.target_epsilon
+  if args.json:
+    print(json.dumps(out))
+    return True
+  print(f"strategy: {args.strategy} ({strategy.describe()})")
+  print(f"participation: {participation}")
+  return False
 
 
 def _run_amplified(args: argparse.Namespace) -> int:
@@ -168,20 +156,8 @@ def _run_amplified(args: argparse.Namespace) -> int:
     target_epsilon=args.target_epsilon,
     accountant=args.accountant,
   )
-  out = {
-    "strategy": args.strategy,
-    "mechanism": strategy.mechanism,
-    "n": args.n,
-    **result.to_dict(),
-    "calibrated": args.target_epsilon is not None,
-  }
-  if args.target_epsilon is not None:
-    out["target_epsilon"] = args.target_epsilon
-  if args.json:
-    print(json.dumps(out))
+  if _print_head(args, strategy, result.to_dict(), sampling.describe(args.n)):
     return 0
-  print(f"strategy: {args.strategy} ({strategy.describe()})")
-  print(f"participation: {sampling.describe(args.n)}")
   print(f"max column norm of C: {result.max_column_norm:.6g} ({result.bands} bands)")
   label = "noise_multiplier (calibrated)" if args.target_epsilon is not None else "noise_multiplier"
   print(f"{label}: {result.noise_multiplier:.6g}")

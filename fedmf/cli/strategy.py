@@ -66,20 +66,7 @@ def add_parser(subparsers: Any) -> None:
   auto.add_argument(
     "--delta", type=common.probability, default=None, metavar="DELTA", help="δ in (0, 1)"
   )
-  auto.add_argument(
-    "--dataset-size",
-    type=common.positive_int,
-    default=None,
-    metavar="N_DATA",
-    help="number of examples (or devices) N sampled from",
-  )
-  auto.add_argument(
-    "--batch-size",
-    type=common.positive_float,
-    default=None,
-    metavar="BATCH",
-    help="expected batch size B per round",
-  )
+  common.add_sampling_args(auto)
   opt.add_argument(
     "--buffers",
     type=common.positive_int,

@@ -1,8 +1,8 @@
 """The on-disk cache of optimized strategies, keyed by mechanism, schema and options.
 
-Same directory and key as the training program's cache (fedmf/program/plan.py, key version 1), so
-a strategy optimized here (e.g. by the band choice of `fedmf strategy optimize --bands auto`) is
-found by `fedmf simulate` for the same (n, b, k) and options, and vice versa. A cache that cannot
+The training program (fedmf/program/plan.py) and the band choice of `fedmf strategy optimize
+--bands auto` share it, so a strategy optimized by one is found by the other for the same (n, b, k)
+and options. A cache that cannot
 be read or written is skipped (with a log line), never a reason to fail.
 """
 
@@ -23,6 +23,7 @@ from fedmf.mf.strategy import OptimizeOptions, Strategy
 
 logger = logging.getLogger(__name__)
 
+# Bump when an optimizer changes what it returns, so stale cached strategies are not reused.
 CACHE_VERSION = 1
 
 
