@@ -53,8 +53,8 @@ class ParticipationConfig:
     early_checkin_rate: chance that an available device whose timer has not expired checks in
       anyway (a misbehaving device).
     server_guard: refuse (and count) such early check-ins.
-    partitions: cyclic Poisson: the number of partitions P (BandMF §5's b̂ groups; the same as
-      min_sep, which it fills).
+    partitions: cyclic Poisson: the number of partitions P (BandMF §5's b̂ groups); it sets
+      min_sep (b = P), overriding a min_sep from a base config.
     sampling_probability: cyclic Poisson: q, each device of the round's partition joins with this
       probability (default P·clients_per_round/num_clients; if given, the expected cohort
       q·num_clients/P must round to clients_per_round, the batch the noise is scaled for).
@@ -79,7 +79,8 @@ class ParticipationConfig:
     # One spelling and one field inside: the contract's names map onto the existing ones.
     if self.model == "cyclic-poisson":
       object.__setattr__(self, "model", "cyclic_poisson")
-    if self.partitions is not None and self.min_sep is None:
+    if self.partitions is not None and self.model == "cyclic_poisson":
+      # partitions is b here; it overrides a min_sep left by a base config (e.g. a timer's).
       object.__setattr__(self, "min_sep", self.partitions)
 
   def validate(self) -> None:
@@ -102,11 +103,6 @@ class ParticipationConfig:
     if cyclic_only and self.model != "cyclic_poisson":
       raise ParticipationError(
         f"participation.{cyclic_only[0]} needs participation.model: cyclic-poisson"
-      )
-    if self.partitions is not None and self.partitions != self.min_sep:
-      raise ParticipationError(
-        f"participation.partitions ({self.partitions}) and participation.min_sep "
-        f"({self.min_sep}) must agree: a device joins only rounds of its partition, so b = P"
       )
     if self.partitions is not None and self.partitions < 1:
       raise ParticipationError(f"participation.partitions must be >= 1, got {self.partitions}")
