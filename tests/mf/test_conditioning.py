@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from fedmf.mf import blt_math
 from fedmf.mf import toeplitz_math
 from fedmf.mf import banded_matrix
-from fedmf.mf import blt, strategies as st
+from fedmf.mf import strategies as st
 from fedmf.mf import strategy as strategy_lib
 from fedmf.mf.schema import ParticipationSchema
 
@@ -126,7 +127,7 @@ def test_optimized_blt_is_well_conditioned(n, b, k, buffers):
   strategy, _ = st.Blt.optimize(ParticipationSchema(n, b, k), st.OptimizeOptions(buffers=buffers))
   conditioning = strategy.conditioning()
   assert conditioning.amplification < 10 and conditioning.column_norm < 1e3
-  theta_hat, _ = blt.inverse_blt(strategy.buf_decay, strategy.output_scale)
+  theta_hat, _ = blt_math.inverse_blt(strategy.buf_decay, strategy.output_scale)
   assert np.max(np.abs(theta_hat)) < 1
 
 
