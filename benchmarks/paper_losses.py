@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from fedmf.mf import banded_optimize, blt, evaluation, toeplitz
+from fedmf.mf import banded_optimize, blt_optimize, evaluation, toeplitz
 from fedmf.mf import strategies as st
 
 N, B, K = 2052, 342, 6
@@ -52,7 +52,7 @@ def _strategies(args) -> dict[str, tuple[object, str]]:
     out["blt"] = (args.blt, "auto")
   else:
     t = time.perf_counter()
-    theta, omega, info = blt.optimize_blt(N, B, K, num_buffers=None, objective="max")
+    theta, omega, info = blt_optimize.optimize_blt(N, B, K, num_buffers=None, objective="max")
     print(f"blt optimized in {time.perf_counter() - t:.1f} s ({info['num_buffers']} buffers)")
     out["blt"] = (
       {"mechanism": "blt", "buf_decay": list(theta), "output_scale": list(omega)},

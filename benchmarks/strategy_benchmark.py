@@ -171,19 +171,21 @@ def _fedmf_worker(args: argparse.Namespace) -> int:
   out = {"case": case, "implementation": "fedmf"}
   try:
     import numpy as np
-    from fedmf.mf import banded_optimize, blt, evaluation, toeplitz
+    from fedmf.mf import banded_optimize, blt_optimize, evaluation, toeplitz
 
     n, b, k, bands = args.n, args.min_sep, args.max_participations, args.bands
     out["baseline_rss_mb"] = _rss_mb()
     if case in ("blt", "blt-auto"):
       nbuf = None if (case == "blt-auto" or args.buffers == "auto") else int(args.buffers)
       out["call"] = (
-        f"fedmf.mf.blt.optimize_blt(n, min_sep, max_participations, num_buffers={nbuf}, "
+        f"fedmf.mf.blt_optimize.optimize_blt(n, min_sep, max_participations, num_buffers={nbuf}, "
         f"objective={args.blt_objective!r})"
       )
       out["objective"] = args.blt_objective
       t0 = time.perf_counter()
-      theta, omega, info = blt.optimize_blt(n, b, k, num_buffers=nbuf, objective=args.blt_objective)
+      theta, omega, info = blt_optimize.optimize_blt(
+        n, b, k, num_buffers=nbuf, objective=args.blt_objective
+      )
       out["seconds"] = time.perf_counter() - t0
       strategy = {
         "mechanism": "blt",

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Regenerates the Bazel BUILD file from the package layout (tests/test_build_file.py checks it).
 
-Libraries follow the layers of docs/architecture.md; each test file becomes a py_test.
+Libraries follow the layers of docs/architecture.md (its layer table, the one place they are
+written; tests/test_layers.py checks the imports against it); each test file becomes a py_test.
 Run: python3 tools/update_build.py
 """
 
@@ -24,43 +25,43 @@ LIBRARIES = [
     "mf",
     ["fedmf/mf/*.py"],
     [":errors", "@pypi//numpy", "@pypi//scipy"],
-    "Layer 1: pure math (numpy/scipy, float64, no TensorFlow).",
+    "Pure math (numpy/scipy, float64, no TensorFlow).",
   ),
   (
     "privacy",
     ["fedmf/privacy/*.py"],
     [":mf", "@pypi//dp_accounting", "@pypi//pyarrow", "@pypi//matplotlib", "@pypi//tqdm"],
-    "Layer 2: accounting, participation logs and the auditor.",
+    "Accounting, participation logs and the auditor.",
   ),
   (
     "tff",
     ["fedmf/tff/*.py"],
     [":mf", "@pypi//tensorflow", "@pypi//tensorflow_federated", "@pypi//tensorflow_privacy"],
-    "Layer 3: TensorFlow Federated aggregators and processes.",
+    "TensorFlow Federated aggregators and processes.",
   ),
   (
     "participation",
     ["fedmf/participation/*.py"],
     [":mf", "@pypi//numpy"],
-    "Layer 4: participation models (client timers, schedules, Poisson sampling).",
+    "Participation models (client timers, schedules, Poisson sampling).",
   ),
   (
     "tasks",
     ["fedmf/tasks/*.py"],
     [":errors", "@pypi//tensorflow", "@pypi//tensorflow_federated", "@pypi//numpy"],
-    "Layer 4: federated tasks (synthetic and StackOverflow next-word prediction, models).",
+    "Federated tasks (synthetic and StackOverflow next-word prediction, models).",
   ),
   (
     "program",
     ["fedmf/program/*.py"],
     [":mf", ":privacy", ":tff", ":participation", ":tasks", "@pypi//pyyaml"],
-    "Layer 4: the training loop, the simulation and the training program.",
+    "The training loop, the simulation and the training program.",
   ),
   (
     "cli",
     ["fedmf/cli/*.py"],
     [":mf", ":privacy", ":program"],
-    "Layer 4: the fedmf console script.",
+    "The fedmf console script.",
   ),
 ]
 

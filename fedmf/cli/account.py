@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from fedmf.cli import common
+from fedmf.errors import FedmfUserError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,12 +57,30 @@ def add_parser(subparsers: Any) -> None:
   common.add_method_args(
     parser, accountant_help="pld: dp_accounting PLD (pessimistic); analytic: exact Gaussian curve"
   )
+  amp = parser.add_argument_group(
+    "amplification",
+    "b-cyclic Poisson sampling (BandMF §5, App. F): the examples are split into P partitions, "
+    "round i samples partition i mod P with probability q = P*BATCH/N_DATA; with both flags the "
+    "strategy is accounted with amplification (--min-sep/--max-participations are then not used)",
+  )
+  common.add_sampling_args(amp)
+  amp.add_argument(
+    "--partitions",
+    type=common.positive_int,
+    default=None,
+    metavar="P",
+    help="number of partitions P (default: the strategy's bands; 1 for dpsgd)",
+  )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
   common.add_resource_args(parser)
   parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+  if args.dataset_size is not None or args.batch_size is not None:
+    return _run_amplified(args)
+  if args.partitions is not None:
+    raise FedmfUserError("--partitions needs --dataset-size and --batch-size (amplification)")
   from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
   from fedmf.mf.schema import ParticipationSchema  # pylint: disable=g-import-not-at-top
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
@@ -86,22 +105,9 @@ def run(args: argparse.Namespace) -> int:
       method=args.sensitivity,
       accountant=args.accountant,
     )
-  out = {
-    "strategy": args.strategy,
-    "mechanism": strategy.mechanism,
-    "n": args.n,
-    "min_sep": args.min_sep,
-    "max_participations": args.max_participations,
-    **result.to_dict(),
-    "calibrated": args.target_epsilon is not None,
-  }
-  if args.target_epsilon is not None:
-    out["target_epsilon"] = args.target_epsilon
-  if args.json:
-    print(json.dumps(out))
+  fields = {"min_sep": args.min_sep, "max_participations": args.max_participations}
+  if _print_head(args, strategy, {**fields, **result.to_dict()}, schema.describe()):
     return 0
-  print(f"strategy: {args.strategy} ({strategy.describe()})")
-  print(f"participation: {schema.describe()}")
   print(
     f"sensitivity: {result.sensitivity:.6g} ({result.sensitivity_method}, "
     f"{result.sensitivity_algorithm})"
@@ -112,4 +118,50 @@ def run(args: argparse.Namespace) -> int:
   print(f"epsilon: {result.epsilon:.6g} at delta = {result.delta:g} ({result.accountant})")
   if result.sensitivity_method == "lower-bound":
     print("warning: the sensitivity is a lower bound; epsilon is not a guarantee")
+  return 0
+
+
+def _print_head(args, strategy, fields: dict, participation: str) -> bool:
+  """Prints the JSON object (then True: done) or the text lines every accounting starts with."""
+  out = {"strategy": args.strategy, "mechanism": strategy.mechanism, "n": args.n, **fields}
+  out["calibrated"] = args.target_epsilon is not None
+  if args.target_epsilon is not None:
+    out["target_epsilon"] = args.target_epsilon
+  if args.json:
+    print(json.dumps(out))
+    return True
+  print(f"strategy: {args.strategy} ({strategy.describe()})")
+  print(f"participation: {participation}")
+  return False
+
+
+def _run_amplified(args: argparse.Namespace) -> int:
+  from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import amplification  # pylint: disable=g-import-not-at-top
+
+  if args.dataset_size is None or args.batch_size is None:
+    raise FedmfUserError("amplification needs both --dataset-size and --batch-size")
+  strategy = load_strategy(args.strategy)
+  strategy.check_horizon(args.n)
+  partitions = args.partitions
+  if partitions is None:
+    partitions = amplification.band_and_column_norm(strategy, args.n)[0]
+  sampling = amplification.CyclicPoissonSampling(args.dataset_size, args.batch_size, partitions)
+  result = amplification.account_amplified(
+    strategy,
+    args.n,
+    sampling,
+    args.delta,
+    noise_multiplier=args.noise_multiplier,
+    target_epsilon=args.target_epsilon,
+    accountant=args.accountant,
+  )
+  if _print_head(args, strategy, result.to_dict(), sampling.describe(args.n)):
+    return 0
+  print(f"max column norm of C: {result.max_column_norm:.6g} ({result.bands} bands)")
+  label = "noise_multiplier (calibrated)" if args.target_epsilon is not None else "noise_multiplier"
+  print(f"{label}: {result.noise_multiplier:.6g}")
+  print(
+    f"epsilon: {result.epsilon:.6g} at delta = {result.delta:g} (amplified, {result.accountant})"
+  )
   return 0

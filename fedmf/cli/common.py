@@ -109,6 +109,24 @@ def add_participation_args(parser: argparse.ArgumentParser, required: bool = Tru
   )
 
 
+def add_sampling_args(group: "argparse._ActionsContainer") -> None:
+  """--dataset-size and --batch-size of cyclic Poisson sampling (amplified BandMF, BandMF §5)."""
+  group.add_argument(
+    "--dataset-size",
+    type=positive_int,
+    default=None,
+    metavar="N_DATA",
+    help="number of examples (or devices) N sampled from",
+  )
+  group.add_argument(
+    "--batch-size",
+    type=positive_float,
+    default=None,
+    metavar="BATCH",
+    help="expected batch size B per round",
+  )
+
+
 def check_writable(path: str) -> None:
   """Fails early, before long work, if the output file's directory does not exist or is not writable."""
   try:

@@ -8,7 +8,7 @@ import logging
 import math
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from fedmf.cli import common
 from fedmf.errors import FedmfUserError
@@ -18,6 +18,13 @@ logger = logging.getLogger("fedmf.strategy")
 # The mechanisms `strategy optimize` builds (fedmf.mf.strategies.OPTIMIZABLE; a dense C comes from
 # a file). Listed here so that `fedmf --help` does not import numpy.
 MECHANISM_CHOICES = ("dpsgd", "tree", "bandmf", "band-toeplitz", "blt")
+
+
+def _bands(text: str):
+  return "auto" if text == "auto" else common.positive_int(text)
+
+
+_AUTO_FLAGS = ("target_epsilon", "delta", "dataset_size", "batch_size")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -46,10 +53,20 @@ def add_parser(subparsers: Any) -> None:
   common.add_participation_args(opt)
   opt.add_argument(
     "--bands",
-    type=common.positive_int,
+    type=_bands,
     default=None,
-    help="b̂ for bandmf and band-toeplitz (default: min-sep, capped at n)",
+    help="b̂ for bandmf and band-toeplitz (default: min-sep, capped at n); 'auto' (bandmf): "
+    "choose b̂ under amplification by cyclic Poisson sampling for --target-epsilon, --delta, "
+    "--dataset-size and --batch-size (BandMF §5)",
   )
+  auto = opt.add_argument_group("--bands auto (amplified BandMF, BandMF §5 and App. G)")
+  auto.add_argument(
+    "--target-epsilon", type=common.positive_float, default=None, metavar="EPS", help="target ε"
+  )
+  auto.add_argument(
+    "--delta", type=common.probability, default=None, metavar="DELTA", help="δ in (0, 1)"
+  )
+  common.add_sampling_args(auto)
   opt.add_argument(
     "--buffers",
     type=common.positive_int,
@@ -217,6 +234,18 @@ def run_optimize(args: argparse.Namespace) -> int:
   from fedmf.mf.schema import ParticipationSchema
 
   common.check_output_file(args.out, "--out", force=args.force)
+  given = [f"--{f.replace('_', '-')}" for f in _AUTO_FLAGS if getattr(args, f) is not None]
+  if args.bands == "auto":
+    if args.mechanism != "bandmf":
+      raise FedmfUserError("--bands auto needs --mechanism bandmf")
+    missing = [f"--{f.replace('_', '-')}" for f in _AUTO_FLAGS if getattr(args, f) is None]
+    if missing:
+      raise FedmfUserError(f"--bands auto needs {', '.join(missing)}")
+    from fedmf.cli import strategy_auto  # pylint: disable=g-import-not-at-top
+
+    return strategy_auto.run(args, _Progress)
+  if given:
+    raise FedmfUserError(f"{', '.join(given)} only apply with --bands auto")
   schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
   options = strategies.OptimizeOptions(
     bands=args.bands,

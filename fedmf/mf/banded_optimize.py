@@ -17,7 +17,7 @@ and shrinks the step, since scipy's L-BFGS-B has been seen to stop early when fe
 - 'theta' (default): L-BFGS directly on the raw parameters Θ of the column-normalized C (Scaling BandMF §3.1),
   C[:, j] = Θ[:, j] / ‖Θ[:, j]‖. Gradient: the adjoint of ‖A C⁻¹‖²_F, ∂/∂C = -2 Fᵀ A X⁻¹ with
   F = A C⁻¹, masked to the band and pulled back through the normalization
-  (`banded.loss_sq_and_grad`). One evaluation is a dense triangular inverse and product in LAPACK /
+  (`banded_matrix.loss_sq_and_grad`). One evaluation is a dense triangular inverse and product in LAPACK /
   BLAS-3 (O(n³), ~0.3–0.6 s at n = 2052) plus the band of a product (O(n² b̂)); memory is a handful
   of n×n float64 matrices (34 MB each at n = 2052), not the O(n² b̂) tape of reverse-mode autodiff.
 - 'x', the "X route" (BandMF Problem 2 / Eq. 6): minimize the convex tr(AᵀA X⁻¹) over symmetric X with
@@ -43,10 +43,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy.linalg import blas, lapack
 
-from fedmf.mf import banded
+from fedmf.mf import banded_matrix
+from fedmf.mf import lbfgs
 from fedmf.mf import workloads as workloads_lib
-
-ProgressFn = Callable[[dict[str, Any]], None]
 
 
 def sqrt_toeplitz_coefs(bands: int) -> np.ndarray:
@@ -61,7 +60,7 @@ def warm_start_theta(n: int, bands: int) -> np.ndarray:
   """Column-normalized, truncated square-root Toeplitz strategy (the optimizer's default start)."""
   bands = min(bands, n)
   coefs = sqrt_toeplitz_coefs(bands)
-  return banded.normalize_columns(np.tile(coefs[:, None], (1, n)), n)
+  return banded_matrix.normalize_columns(np.tile(coefs[:, None], (1, n)), n)
 
 
 def optimize_bandmf(
@@ -72,7 +71,7 @@ def optimize_bandmf(
   workload: np.ndarray | None = None,
   objective: str = 'rms',
   max_iter: int = 500,
-  progress: ProgressFn | None = None,
+  progress: lbfgs.ProgressFn = None,
   *,
   init: np.ndarray | None = None,
   method: str = 'theta',
@@ -126,15 +125,15 @@ def optimize_bandmf(
   theta0 = (
     warm_start_theta(n, bands)
     if init is None
-    else banded.normalize_columns(
-      banded.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n
+    else banded_matrix.normalize_columns(
+      banded_matrix.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n
     )
   )
 
   start = time.perf_counter()
   if bands == 1:
     theta = np.ones((1, n))
-    result = _LbfgsResult(
+    result = lbfgs.LbfgsResult(
       x=np.zeros(0),
       f=_x_value_and_grad(np.ones((1, n)), a)[0],
       iterations=0,
@@ -143,7 +142,7 @@ def optimize_bandmf(
     )
   elif method == 'x':
     mask = _strict_band_mask(bands, n)
-    x_low0 = banded.gram_band(theta0)
+    x_low0 = banded_matrix.gram_band(theta0)
 
     def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
       x_low = np.zeros((bands, n))
@@ -152,11 +151,11 @@ def optimize_bandmf(
       value, grad = _x_value_and_grad(x_low, a)
       return value, (grad[mask] if grad is not None else None)
 
-    result = _lbfgs(fun, x_low0[mask], max_iter, memory, rtol, progress, start)
+    result = _run_lbfgs(fun, x_low0[mask], max_iter, memory, rtol, progress, start)
     x_low = np.zeros((bands, n))
     x_low[0] = 1.0
     x_low[mask] = result.x
-    theta = banded.reverse_cholesky_banded(x_low)
+    theta = banded_matrix.reverse_cholesky_banded(x_low)
   elif method == 'theta':
     mask = _in_range_mask(bands, n)
 
@@ -166,13 +165,13 @@ def optimize_bandmf(
         th[mask] = x
         if not np.all(np.sum(th * th, axis=0) > 0):
           return math.inf, None
-        value, grad, _ = banded.loss_and_grad_with_row_weights(th, a, weights)
+        value, grad, _ = banded_matrix.loss_and_grad_with_row_weights(th, a, weights)
         return value, grad[mask]
 
       return fun
 
     if objective == 'rms':
-      result = _lbfgs(
+      result = _run_lbfgs(
         make_fun(lambda r: (float(np.sum(r)), None)),
         theta0[mask],
         max_iter,
@@ -195,7 +194,7 @@ def optimize_bandmf(
             _offset_progress, progress=progress, offset=iterations, power=power
           )
         )
-        result = _lbfgs(
+        result = _run_lbfgs(
           make_fun(functools.partial(_pnorm_weights, power=power)),
           x,
           per_stage,
@@ -213,8 +212,8 @@ def optimize_bandmf(
   else:
     raise ValueError(f"method must be 'x' or 'theta', got {method!r}")
 
-  theta = banded.normalize_columns(theta, n)
-  row_sq = banded.decoder_row_sq_norms(theta, a)
+  theta = banded_matrix.normalize_columns(theta, n)
+  row_sq = banded_matrix.decoder_row_sq_norms(theta, a)
   info: dict[str, Any] = {
     'loss_sq': float(np.sum(row_sq)),
     'max_row_sq': float(np.max(row_sq)),
@@ -227,7 +226,7 @@ def optimize_bandmf(
     'bands': bands,
   }
   if min_sep is not None:
-    sens_sq = banded.sensitivity_sq(n, bands, min_sep, max_participations)
+    sens_sq = banded_matrix.sensitivity_sq(n, bands, min_sep, max_participations)
     info['sens_sq'] = sens_sq
     info['expected_total_sq_error'] = sens_sq * info['loss_sq']
   return theta, info
@@ -236,7 +235,9 @@ def optimize_bandmf(
 _MAX_POWERS = (16, 64, 256, 1024)
 
 
-def _offset_progress(update: dict[str, Any], progress: ProgressFn, offset: int, power: int) -> None:
+def _offset_progress(
+  update: dict[str, Any], progress: lbfgs.ProgressFn, offset: int, power: int
+) -> None:
   progress(dict(update, iteration=update['iteration'] + offset, power=power))
 
 
@@ -258,7 +259,7 @@ def choose_bands(
   max_iter: int = 50,
   rtol: float = 0.0,
   max_bands: int | None = None,
-  progress: ProgressFn | None = None,
+  progress: lbfgs.ProgressFn = None,
 ) -> int:
   """Picks b̂ by the expected loss sens² · ‖A C⁻¹‖²_F over candidate band counts.
 
@@ -295,7 +296,9 @@ def choose_bands(
     cands = sorted({int(c) for c in candidates if 1 <= int(c) <= cap})
     if not cands:
       raise ValueError(f'no candidate band count in [1, {cap}]')
-  sens_sq = banded.sensitivity_sq(n, 1, min_sep, max_participations)  # k_eff, same for every b̂ ≤ b
+  sens_sq = banded_matrix.sensitivity_sq(
+    n, 1, min_sep, max_participations
+  )  # k_eff, same for every b̂ ≤ b
   scores = []
   for b in cands:
     _, info = optimize_bandmf(n, b, min_sep, max_participations, workload, max_iter=max_iter)
@@ -322,21 +325,21 @@ def _x_value_and_grad(x_low: np.ndarray, a: np.ndarray | None) -> tuple[float, n
   """
   bands, n = x_low.shape
   try:
-    theta = banded.reverse_cholesky_banded(x_low)  # BandMF Prop 4.1: CᵀC = X
+    theta = banded_matrix.reverse_cholesky_banded(x_low)  # BandMF Prop 4.1: CᵀC = X
   except np.linalg.LinAlgError:
     return math.inf, None
   if not np.all(np.isfinite(theta)):
     return math.inf, None
-  c = banded.banded_matrix(theta)
+  c = banded_matrix.banded_matrix(theta)
   c_inv, info = lapack.dtrtri(c, lower=1)
   if info != 0:
     return math.inf, None
-  f = banded.apply_workload(a, c_inv)  # F = A C⁻¹
+  f = banded_matrix.apply_workload(a, c_inv)  # F = A C⁻¹
   value = float(np.dot(f.ravel(), f.ravel()))  # ‖A C⁻¹‖²_F = tr(AᵀA X⁻¹)
   if bands == 1:
     return value, np.zeros_like(x_low)
   m = blas.dtrmm(1.0, c_inv, f, side=1, lower=1, trans_a=1)  # M = F C⁻ᵀ = A X⁻¹
-  grad = -2.0 * banded.band_of_product(m, m, bands)
+  grad = -2.0 * banded_matrix.band_of_product(m, m, bands)
   grad[0] = 0.0
   return value, grad
 
@@ -353,103 +356,34 @@ def _in_range_mask(bands: int, n: int) -> np.ndarray:
   return j + r < n
 
 
-# ---------------------------------------------------------------------------------------------
-# L-BFGS with backtracking that treats inf (infeasible trial points) as "step too long".
-
-
-@dataclasses.dataclass(frozen=True)
-class _LbfgsResult:
-  x: np.ndarray
-  f: float
-  iterations: int
-  evaluations: int
-  converged: bool
-
-
-def _lbfgs(
+def _run_lbfgs(
   fun: Callable[[np.ndarray], tuple[float, np.ndarray | None]],
   x0: np.ndarray,
   max_iter: int,
   memory: int,
   rtol: float,
-  progress: ProgressFn | None,
+  progress: lbfgs.ProgressFn,
   start: float,
-) -> _LbfgsResult:
-  """Minimizes fun (value, gradient) from x0; fun returns (inf, None) outside the domain."""
-  x = np.array(x0, dtype=np.float64)
-  f, g = fun(x)
-  evaluations = 1
-  if not math.isfinite(f):
-    raise ValueError('the starting point of the optimizer is infeasible')
-  s_hist: list[np.ndarray] = []
-  y_hist: list[np.ndarray] = []
-  history = [f]
-  converged = False
-  iteration = 0
-  for iteration in range(1, max_iter + 1):
-    d = _two_loop(g, s_hist, y_hist)
-    if not s_hist:
-      # First step: move the largest coordinate by 0.01 (entries of X and of normalized C are O(1)).
-      d *= 0.01 / max(np.max(np.abs(d)), 1e-300)
-    slope = float(g @ d)
-    if slope >= 0:  # not a descent direction: restart from steepest descent
-      s_hist.clear()
-      y_hist.clear()
-      d = -g * (0.01 / max(np.max(np.abs(g)), 1e-300))
-      slope = float(g @ d)
-    step = 1.0
-    accepted = False
-    for _ in range(60):
-      x_new = x + step * d
-      f_new, g_new = fun(x_new)
-      evaluations += 1
-      if math.isfinite(f_new) and f_new <= f + 1e-4 * step * slope:
-        accepted = True
-        break
-      step *= 0.5
-    if not accepted:
-      converged = True  # no further decrease possible at float64 resolution
-      break
-    s = x_new - x
-    y = g_new - g
-    sy = float(s @ y)
-    if sy > 1e-12 * float(np.linalg.norm(s) * np.linalg.norm(y)):
-      s_hist.append(s)
-      y_hist.append(y)
-      if len(s_hist) > memory:
-        s_hist.pop(0)
-        y_hist.pop(0)
-    x, f, g = x_new, f_new, g_new
-    history.append(f)
-    if progress is not None:
-      progress(
-        {
-          'iteration': iteration,
-          'loss': math.sqrt(f),
-          'loss_sq': f,
-          'evaluations': evaluations,
-          'elapsed': time.perf_counter() - start,
-        }
-      )
-    if len(history) > 5 and history[-6] - f <= rtol * abs(f):
-      converged = True
-      break
-  return _LbfgsResult(x=x, f=f, iterations=iteration, evaluations=evaluations, converged=converged)
+) -> lbfgs.LbfgsResult:
+  """The shared driver's backtracking L-BFGS (inf = outside the domain), reporting progress."""
 
+  def on_step(step: lbfgs.Step) -> None:
+    progress(
+      {
+        'iteration': step.iteration,
+        'loss': math.sqrt(step.f),
+        'loss_sq': step.f,
+        'evaluations': step.evaluations,
+        'elapsed': time.perf_counter() - start,
+      }
+    )
 
-def _two_loop(g: np.ndarray, s_hist: list[np.ndarray], y_hist: list[np.ndarray]) -> np.ndarray:
-  """L-BFGS two-loop recursion (Nocedal & Wright Alg. 7.4): returns -H g."""
-  q = g.copy()
-  alphas = []
-  for s, y in zip(reversed(s_hist), reversed(y_hist)):
-    rho = 1.0 / float(y @ s)
-    alpha = rho * float(s @ q)
-    q -= alpha * y
-    alphas.append((rho, alpha))
-  if s_hist:
-    s, y = s_hist[-1], y_hist[-1]
-    q *= float(s @ y) / float(y @ y)
-  for (s, y), (rho, alpha) in zip(zip(s_hist, y_hist), reversed(alphas)):
-    beta = rho * float(y @ q)
-    q += (alpha - beta) * s
-  return -q
+  return lbfgs.minimize(
+    fun,
+    x0,
+    max_iter=max_iter,
+    memory=memory,
+    line_search='backtracking',
+    rtol=rtol,
+    on_step=None if progress is None else on_step,
+  )

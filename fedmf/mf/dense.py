@@ -13,7 +13,9 @@ from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 
-from fedmf.mf import banded
+from fedmf.mf import banded_matrix
+from fedmf.mf import banded_stream
+from fedmf.mf import checks
 from fedmf.mf import strategy as strategy_lib
 
 
@@ -29,14 +31,14 @@ class Dense(strategy_lib.Strategy):
   @classmethod
   def from_dict(cls, obj):
     if "matrix" not in obj:
-      raise strategy_lib.StrategyError("strategy field 'matrix' is missing")
-    c = strategy_lib.float_array(obj["matrix"], "strategy field 'matrix'", 2)
+      raise checks.StrategyError("strategy field 'matrix' is missing")
+    c = checks.float_array(obj["matrix"], "strategy field 'matrix'", 2)
     if c.shape[0] != c.shape[1] or c.shape[0] == 0:
-      raise strategy_lib.StrategyError(
+      raise checks.StrategyError(
         f"strategy field 'matrix' must be a non-empty square matrix, got shape {c.shape}"
       )
-    strategy_lib.check_lower_triangular(c, "strategy field 'matrix'")
-    strategy = cls(strategy_lib.readonly(c), metadata=strategy_lib.extra_fields(obj, ("matrix",)))
+    checks.check_lower_triangular(c, "strategy field 'matrix'")
+    strategy = cls(checks.readonly(c), metadata=checks.extra_fields(obj, ("matrix",)))
     strategy.check_conditioning()
     return strategy
 
@@ -60,10 +62,12 @@ class Dense(strategy_lib.Strategy):
     n = self.horizon if n is None else n
     c = self.c[:n, :n]
     column_norm = float(np.max(np.linalg.norm(c, axis=0)))
-    gain = float(np.sqrt(np.max(banded.inverse_row_sq_norms(banded.theta_from_matrix(c, n)))))
+    gain = float(
+      np.sqrt(np.max(banded_matrix.inverse_row_sq_norms(banded_matrix.theta_from_matrix(c, n))))
+    )
     return strategy_lib.Conditioning(column_norm, gain, float(np.max(np.abs(np.diag(c)))), n)
 
-  def noise_stream(self, n: Optional[int] = None) -> banded.BandedStream:
+  def noise_stream(self, n: Optional[int] = None) -> banded_stream.BandedStream:
     n = self.horizon if n is None else n
     self.check_horizon(n)
-    return banded.banded_stream(banded.theta_from_matrix(self.c[:n, :n], n))
+    return banded_stream.banded_stream(banded_matrix.theta_from_matrix(self.c[:n, :n], n))

@@ -12,9 +12,10 @@ from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 
+from fedmf.mf import checks
 from fedmf.mf import resources
-from fedmf.mf import strategy as strategy_lib
 from fedmf.mf import streaming
+from fedmf.mf import strategy as strategy_lib
 from fedmf.mf.sensitivity import Sensitivity
 
 
@@ -27,7 +28,7 @@ class DpSgd(strategy_lib.Strategy):
 
   @classmethod
   def from_dict(cls, obj):
-    return cls(metadata=strategy_lib.extra_fields(obj, ()))
+    return cls(metadata=checks.extra_fields(obj, ()))
 
   def fields(self):
     return {}

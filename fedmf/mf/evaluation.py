@@ -21,6 +21,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from fedmf.mf import resources
+from fedmf.mf import workloads
 from fedmf.mf import strategies as st
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.sensitivity import Sensitivity
@@ -62,8 +63,6 @@ def _is_dense(workload: Workload) -> bool:
 
 def _workload_matrix(workload: Workload, n: int) -> Optional[np.ndarray]:
   """None for the prefix-sum workload (structured formulas apply), else the dense A."""
-  from fedmf.mf import workloads
-
   if workload is None or (isinstance(workload, str) and workload == "prefix"):
     return None
   a = (

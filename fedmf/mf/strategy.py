@@ -18,126 +18,33 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import json
-import math
-import numbers
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 import scipy.linalg
 
-from fedmf.errors import FedmfUserError
+from fedmf.mf import banded_matrix
 from fedmf.mf import resources
+from fedmf.mf import streaming
+from fedmf.mf import toeplitz_math
+from fedmf.mf import workloads
 from fedmf.mf import sensitivity as sens_lib
+from fedmf.mf.checks import (  # noqa: F401 (the strategy modules' shared checks, used as strategy_lib.*)
+  MAX_ROUNDS,
+  StrategyError,
+  check_lower_triangular,
+  extra_fields,
+  float_array,
+  float_vector,
+  positive_int,
+  readonly,
+  short_repr,
+)
+from fedmf.mf.lbfgs import ProgressFn
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.sensitivity import AssumptionError, Sensitivity
 
 SENSITIVITY_METHODS = ("auto", "upper-bound", "lower-bound")
-
-ProgressFn = Optional[Callable[[dict], None]]
-
-
-class StrategyError(FedmfUserError):
-  """A strategy that does not validate or cannot do what was asked (one line naming the field)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Field validation for `from_dict`: each check raises StrategyError naming the field.
-
-
-# The largest round count a strategy field may hold: rounds are counted in int64 (TF state).
-MAX_ROUNDS = 2**63 - 1
-
-
-def short_repr(value: Any, limit: int = 40) -> str:
-  """A value as the user wrote it, in one short line: JSON's null/true/false and lists as in the
-  file (never Python's None), shortened for huge integers and long containers."""
-  if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-    return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-  text = repr(value)
-  if value is None or isinstance(value, (bool, list, tuple, dict)):
-    try:
-      text = json.dumps(value)
-    except (TypeError, ValueError, RecursionError):  # not JSON (a set, a deep list): as Python
-      pass
-  text = " ".join(text.split())  # one line
-  return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def readonly(values: Any, dtype=np.float64) -> np.ndarray:
-  array = np.array(values, dtype=dtype)
-  array.setflags(write=False)
-  return array
-
-
-def float_array(value: Any, what: str, ndim: int) -> np.ndarray:
-  """`value` as a finite float64 array of `ndim` dimensions; StrategyError naming `what` otherwise.
-
-  Huge JSON integers (np.asarray raises OverflowError) and 1e400 (json reads it as inf) are refused
-  here, with the index of the first bad entry.
-  """
-  kind = "a list of numbers" if ndim == 1 else "a list of lists of numbers"
-  if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-    raise StrategyError(f"{what} must be {kind}, got {short_repr(value)}")
-  try:
-    array = np.asarray(value, dtype=np.float64)
-  except OverflowError:
-    raise StrategyError(f"{what} has a number too large for float64") from None
-  except (TypeError, ValueError, RecursionError):
-    raise StrategyError(f"{what} must be {kind}") from None
-  if array.ndim != ndim:
-    flat = "a flat list of numbers" if ndim == 1 else "a square list of lists of numbers"
-    raise StrategyError(f"{what} must be {flat}, got shape {array.shape}")
-  bad = np.argwhere(~np.isfinite(array))
-  if bad.size:
-    index = ", ".join(str(int(i)) for i in bad[0])
-    raise StrategyError(
-      f"{what} has a non-finite value {array[tuple(bad[0])]} at index {index} "
-      f"(numbers beyond ±1.8e308, such as 1e400, read as infinite)"
-    )
-  return array
-
-
-def float_vector(obj: Mapping[str, Any], key: str, *, min_len: int = 1) -> np.ndarray:
-  if key not in obj:
-    raise StrategyError(f"strategy field '{key}' is missing")
-  array = float_array(obj[key], f"strategy field '{key}'", 1)
-  if len(array) < min_len:
-    raise StrategyError(
-      f"strategy field '{key}' needs at least {min_len} entries, got {len(array)}"
-    )
-  return array
-
-
-def positive_int(obj: Mapping[str, Any], key: str) -> int:
-  if key not in obj:
-    raise StrategyError(f"strategy field '{key}' is missing")
-  value = obj[key]
-  whole = None
-  if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-    whole = int(value)
-  elif isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-    whole = int(value)
-  if whole is None or not 1 <= whole <= MAX_ROUNDS:
-    raise StrategyError(
-      f"strategy field '{key}' must be an integer in [1, 2^63 - 1], got {short_repr(value)}"
-    )
-  return whole
-
-
-def extra_fields(obj: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
-  """The keys a mechanism does not read, kept as metadata (e.g. 'optimized_for')."""
-  return {k: v for k, v in obj.items() if k not in known and k != "mechanism"}
-
-
-def check_lower_triangular(c: np.ndarray, what: str) -> None:
-  """A streamable C is lower triangular with a non-zero diagonal (C⁻¹ exists)."""
-  if np.any(np.triu(c, 1) != 0.0):
-    raise StrategyError(f"{what} must be lower triangular")
-  zero = np.flatnonzero(np.diag(c) == 0.0)
-  if zero.size:
-    raise StrategyError(f"{what} has a zero diagonal entry at index {zero[0]}")
-
 
 # ---------------------------------------------------------------------------------------------
 # Conditioning of C (docs/mechanisms.md, Conditioning): checked when a strategy is loaded.
@@ -299,9 +206,7 @@ class Strategy(abc.ABC):
       return np.tril(scipy.linalg.toeplitz(coefs))
     theta = self.banded_theta(n)
     if theta is not None:
-      from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
-
-      return banded.banded_matrix(theta)
+      return banded_matrix.banded_matrix(theta)
     raise NotImplementedError(f"{type(self).__name__}.matrix")
 
   # --- conditioning ---------------------------------------------------------------------------
@@ -384,16 +289,10 @@ class Strategy(abc.ABC):
     if workload is None:
       coefs = self.toeplitz_coefs(n)
       if coefs is not None:
-        from fedmf.mf import toeplitz  # pylint: disable=g-import-not-at-top
-
-        return np.asarray(toeplitz.decoder_row_sq_norms(coefs, n), dtype=np.float64)
+        return np.asarray(toeplitz_math.decoder_row_sq_norms(coefs, n), dtype=np.float64)
       theta = self.banded_theta(n)
       if theta is not None:
-        from fedmf.mf import banded  # pylint: disable=g-import-not-at-top
-
-        return np.asarray(banded.decoder_row_sq_norms(theta), dtype=np.float64)
-      from fedmf.mf import workloads  # pylint: disable=g-import-not-at-top
-
+        return np.asarray(banded_matrix.decoder_row_sq_norms(theta), dtype=np.float64)
       workload = workloads.prefix_sum(n)
     c = self.matrix(n)
     # B = A C⁻¹  <=>  Cᵀ Bᵀ = Aᵀ, with C lower triangular.
@@ -415,8 +314,6 @@ class Strategy(abc.ABC):
 
   def noise_row_norms(self, n: int) -> np.ndarray:
     """‖row_t of C⁻¹‖ for t < n: the per-round noise std at σ = 1."""
-    from fedmf.mf import streaming  # pylint: disable=g-import-not-at-top
-
     self.check_horizon(n)
     return streaming.row_norms(self.noise_stream(n), n)
 

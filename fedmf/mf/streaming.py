@@ -36,6 +36,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fedmf.mf.checks import StrategyError
+
 Draws = Callable[[Any], list]
 
 
@@ -167,8 +169,6 @@ class IdentityStream(NoiseStream):
 def check_horizon(stream: NoiseStream, round_index: int, what: str = "strategy") -> None:
   """Refuses a round past the stream's horizon (numpy side; TF asserts in the aggregator)."""
   if stream.horizon is not None and round_index >= stream.horizon:
-    from fedmf.mf.strategy import StrategyError  # pylint: disable=g-import-not-at-top
-
     raise StrategyError(
       f"the {what} was built for n={stream.horizon} rounds and cannot produce "
       f"noise for round {round_index} (0-based)"

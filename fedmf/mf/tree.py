@@ -25,9 +25,10 @@ from typing import Any, ClassVar, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from fedmf.mf import checks
 from fedmf.mf import resources
-from fedmf.mf import strategy as strategy_lib
 from fedmf.mf import streaming
+from fedmf.mf import strategy as strategy_lib
 
 VARIANTS = ('vanilla', 'online-honaker', 'full-honaker')
 STREAMING_VARIANTS = ('vanilla', 'online-honaker')
@@ -383,12 +384,12 @@ class Tree(strategy_lib.Strategy):
   def from_dict(cls, obj):
     variant = obj.get('variant', 'online-honaker')
     if variant not in VARIANTS:
-      raise strategy_lib.StrategyError(
-        f"strategy field 'variant': unknown tree variant {strategy_lib.short_repr(variant)}; "
+      raise checks.StrategyError(
+        f"strategy field 'variant': unknown tree variant {checks.short_repr(variant)}; "
         f"expected one of "
         f"{', '.join(VARIANTS)}"
       )
-    return cls(variant=variant, metadata=strategy_lib.extra_fields(obj, ('variant',)))
+    return cls(variant=variant, metadata=checks.extra_fields(obj, ('variant',)))
 
   def fields(self):
     return {'variant': self.variant}
@@ -435,7 +436,7 @@ class Tree(strategy_lib.Strategy):
 
   def check_streamable(self) -> None:
     if self.variant not in STREAMING_VARIANTS:
-      raise strategy_lib.StrategyError(
+      raise checks.StrategyError(
         f"tree variant {self.variant!r} does not stream (its decoder uses nodes of future "
         f"rounds); use 'online-honaker' or 'vanilla' for training"
       )

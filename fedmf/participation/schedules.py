@@ -86,11 +86,29 @@ class CyclicPoisson(_Stateless):
 
   name = "cyclic Poisson"
 
-  def __init__(self, num_clients, clients_per_round, seed, *, groups: int):
+  def __init__(
+    self,
+    num_clients,
+    clients_per_round,
+    seed,
+    *,
+    groups: int,
+    sampling_probability: Optional[float] = None,
+  ):
     super().__init__(num_clients, clients_per_round, seed)
     if groups < 1:
       raise ParticipationError(f"the number of Poisson groups must be >= 1, got {groups}")
     q = groups * self.clients_per_round / self.num_clients
+    if sampling_probability is not None:
+      # The expected cohort q·N/P must be the batch the DP mean divides by (clients_per_round).
+      expected = float(sampling_probability) * self.num_clients / groups
+      if not 0.0 < sampling_probability <= 1.0 or round(expected) != self.clients_per_round:
+        raise ParticipationError(
+          f"participation.sampling_probability {sampling_probability:g} gives an expected cohort "
+          f"q·num_clients/partitions = {expected:.6g} devices, but clients_per_round is "
+          f"{self.clients_per_round}: set clients_per_round to {max(1, round(expected))}"
+        )
+      q = float(sampling_probability)
     if q > 1:
       raise ParticipationError(
         f"cyclic Poisson sampling with {groups} groups needs num_clients >= groups × "

@@ -17,25 +17,19 @@ One concept: everything privacy-related decided before the first round.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any, Optional
 
 from fedmf.errors import FedmfUserError
-from fedmf.mf import resources
 from fedmf.mf import strategies
+from fedmf.mf import strategy_cache
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.strategy import OptimizeOptions, Strategy
 from fedmf.participation import ParticipationModel
 
 logger = logging.getLogger("fedmf.plan")
-
-# Bump when an optimizer changes what it returns, so stale cached strategies are not reused.
-_CACHE_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,55 +73,10 @@ class PrivacyPlan:
     }
 
 
-def cache_dir() -> Path:
-  """Where optimized strategies are cached: $FEDMF_CACHE_DIR, else ~/.cache/fedmf/strategies."""
-  base = os.environ.get("FEDMF_CACHE_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fedmf"
-  )
-  return Path(base) / "strategies"
-
-
-def _optimize_cached(
-  mechanism: str, schema: ParticipationSchema, options: OptimizeOptions, cache: Optional[Path]
-) -> Strategy:
-  key = {
-    "version": _CACHE_VERSION,
-    "mechanism": mechanism,
-    **schema.to_dict(),
-    "bands": options.bands,
-    "buffers": options.buffers,
-    "seed": options.seed,
-  }
-  digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-  path = (
-    None if cache is None else cache / f"{mechanism}-n{schema.n}-b{schema.min_sep}-{digest}.json"
-  )
-  if path is not None and path.is_file():
-    try:
-      strategy = strategies.load_strategy(path)
-      logger.info("using the cached %s strategy %s", strategy.describe(), path)
-      return strategy
-    except FedmfUserError:
-      logger.warning("ignoring the unreadable cached strategy %s", path)
-  cls = strategies.mechanism_class(mechanism)
-  resources.check(cls.optimize_cost(schema, options), f"optimizing {mechanism} for {schema}")
-  strategy, _ = cls.optimize(schema, options)
-  if path is not None:
-    try:
-      path.parent.mkdir(parents=True, exist_ok=True)
-      strategies.save_strategy(
-        strategy,
-        path,
-        optimized_for={
-          "n": schema.n,
-          "min_sep": schema.min_sep,
-          "max_participations": schema.max_participations,
-          "workload": "prefix",
-        },
-      )
-    except OSError as e:  # A read-only cache is not a reason to fail the run.
-      logger.warning("could not cache the strategy in %s: %s", path, e)
-  return strategy
+# The strategy cache lives with the strategies (fedmf.mf.strategy_cache, same key and directory),
+# shared with `fedmf strategy optimize --bands auto`.
+cache_dir = strategy_cache.cache_dir
+_optimize_cached = strategy_cache.optimize_cached
 
 
 def check_optimized_for(

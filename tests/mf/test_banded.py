@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from fedmf.mf import banded
+from fedmf.mf import toeplitz_math
+from fedmf.mf import banded_stream
+from fedmf.mf import banded_matrix
 from fedmf.mf import banded_optimize
 from fedmf.mf import streaming
-from fedmf.mf import toeplitz
 from fedmf.mf.strategy import StrategyError
 from fedmf.mf import workloads
 
@@ -20,7 +21,7 @@ def _random_theta(n, bands, seed=0):
   rng = np.random.default_rng(seed)
   theta = rng.uniform(-1.0, 1.0, (bands, n))
   theta[0] += 2.0  # dominant positive diagonal: well conditioned
-  return banded.normalize_columns(theta, n)
+  return banded_matrix.normalize_columns(theta, n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -29,43 +30,43 @@ def _random_theta(n, bands, seed=0):
 
 def test_columns_roundtrip_and_out_of_range_zero():
   cols = [[1.0, 2.0, 3.0], [4.0, 5.0], [6.0, 7.0, 8.0], [9.0]]
-  theta = banded.columns_to_theta(cols)
+  theta = banded_matrix.columns_to_theta(cols)
   assert theta.shape == (3, 4)
   np.testing.assert_array_equal(theta[:, 0], [1, 2, 3])
   np.testing.assert_array_equal(theta[:, 1], [4, 5, 0])
   np.testing.assert_array_equal(theta[:, 2], [6, 7, 0])  # 8 is below row n-1: out of range
-  out = banded.theta_to_columns(theta)
+  out = banded_matrix.theta_to_columns(theta)
   assert [len(c) for c in out] == [3, 3, 2, 1]
-  c = banded.banded_matrix(theta)
+  c = banded_matrix.banded_matrix(theta)
   np.testing.assert_array_equal(c[:, 2], [0, 0, 6, 7])
-  np.testing.assert_array_equal(banded.theta_from_matrix(c, 3), theta)
+  np.testing.assert_array_equal(banded_matrix.theta_from_matrix(c, 3), theta)
 
 
 def test_normalize_truncates_before_normalizing():
   theta = np.array([[3.0, 3.0, 3.0, 3.0, 1.0], [4.0, 4.0, 4.0, 4.0, 0.0]])
-  full = banded.normalize_columns(theta, 5)
+  full = banded_matrix.normalize_columns(theta, 5)
   np.testing.assert_allclose(full[:, 0], [0.6, 0.8])
   np.testing.assert_allclose(full[:, 4], [1.0, 0.0])
-  short = banded.normalize_columns(theta, 4)
+  short = banded_matrix.normalize_columns(theta, 4)
   assert short.shape == (2, 4)
   np.testing.assert_allclose(short[:, 2], [0.6, 0.8])
   np.testing.assert_allclose(short[:, 3], [1.0, 0.0])  # column 3 truncated to [3], then normalized
-  c = banded.banded_matrix(short)
+  c = banded_matrix.banded_matrix(short)
   np.testing.assert_allclose(np.linalg.norm(c, axis=0), 1.0)
 
 
 def test_normalize_rejects_zero_column():
   # Column 2 of the 3×3 block is [0]: its 5 lies below the last row.
   with pytest.raises(ValueError, match='column 2'):
-    banded.normalize_columns([[1.0, 1.0], [0.0, 1.0], [0.0, 5.0]], 3)
+    banded_matrix.normalize_columns([[1.0, 1.0], [0.0, 1.0], [0.0, 5.0]], 3)
 
 
 def test_sensitivity_sq():
-  assert banded.sensitivity_sq(2052, 342, 342, 6) == 6
-  assert banded.sensitivity_sq(10, 2, 4, None) == 3
-  assert banded.sensitivity_sq(10, 2, 4, 2) == 2
+  assert banded_matrix.sensitivity_sq(2052, 342, 342, 6) == 6
+  assert banded_matrix.sensitivity_sq(10, 2, 4, None) == 3
+  assert banded_matrix.sensitivity_sq(10, 2, 4, 2) == 2
   with pytest.raises(ValueError, match='min_sep'):
-    banded.sensitivity_sq(10, 5, 4, 2)
+    banded_matrix.sensitivity_sq(10, 5, 4, 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,11 +78,11 @@ def test_sensitivity_sq():
 def test_stream_matches_dense(trailing, bands):
   n = 11
   theta = _random_theta(n, bands, seed=bands)
-  c = banded.banded_matrix(theta)
+  c = banded_matrix.banded_matrix(theta)
   rng = np.random.default_rng(1)
   z = rng.standard_normal((n,) + trailing)
   want_inv = np.linalg.solve(c, z.reshape(n, -1)).reshape(z.shape)
-  stream = banded.banded_stream(theta)
+  stream = banded_stream.banded_stream(theta)
   np.testing.assert_allclose(streaming.inverse_noise(stream, z), want_inv, rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(
     streaming.row_norms(stream, n), np.linalg.norm(np.linalg.inv(c), axis=1), rtol=1e-12
@@ -93,9 +94,9 @@ def test_stream_matches_dense(trailing, bands):
 def test_toeplitz_stream_has_no_horizon_and_tracks_row_norms():
   coefs = [1.0, -0.4, 0.3, 0.1]
   n = 30
-  c = toeplitz.lt_toeplitz(coefs, n)
+  c = toeplitz_math.lt_toeplitz(coefs, n)
   z = np.random.default_rng(2).standard_normal((n, 2))
-  stream = banded.toeplitz_stream(coefs)
+  stream = banded_stream.toeplitz_stream(coefs)
   assert stream.horizon is None
   np.testing.assert_allclose(streaming.inverse_noise(stream, z), np.linalg.solve(c, z), atol=1e-10)
   np.testing.assert_allclose(
@@ -107,9 +108,9 @@ def test_stream_rejects_a_zero_diagonal():
   theta = _random_theta(5, 2)
   theta[0, 2] = 0.0
   with pytest.raises(ValueError, match='diagonal'):
-    banded.banded_stream(theta)
+    banded_stream.banded_stream(theta)
   with pytest.raises(ValueError, match='diagonal'):
-    banded.toeplitz_stream([0.0, 1.0])
+    banded_stream.toeplitz_stream([0.0, 1.0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,33 +122,33 @@ def test_stream_rejects_a_zero_diagonal():
 def test_decoder_row_sq_norms_match_dense(n, bands, name):
   theta = _random_theta(n, min(bands, n), seed=n)
   a = workloads.by_name(name, n)
-  b = a @ np.linalg.inv(banded.banded_matrix(theta))
+  b = a @ np.linalg.inv(banded_matrix.banded_matrix(theta))
   workload = None if name == 'prefix' else a
   np.testing.assert_allclose(
-    banded.decoder_row_sq_norms(theta, workload), np.sum(b * b, axis=1), rtol=1e-9
+    banded_matrix.decoder_row_sq_norms(theta, workload), np.sum(b * b, axis=1), rtol=1e-9
   )
-  np.testing.assert_allclose(banded.loss_sq(theta, workload), np.sum(b * b), rtol=1e-9)
+  np.testing.assert_allclose(banded_matrix.loss_sq(theta, workload), np.sum(b * b), rtol=1e-9)
 
 
 def test_identity_loss_is_45_at_n9():
-  assert banded.loss_sq(np.ones((1, 9))) == pytest.approx(45.0)
+  assert banded_matrix.loss_sq(np.ones((1, 9))) == pytest.approx(45.0)
 
 
 @pytest.mark.parametrize('name', ['prefix', 'momentum'])
 def test_theta_gradient_matches_finite_differences(name):
   n, bands = 10, 4
   rng = np.random.default_rng(3)
-  theta = banded.columns_to_theta(rng.uniform(0.2, 1.0, (bands, n)), n)
+  theta = banded_matrix.columns_to_theta(rng.uniform(0.2, 1.0, (bands, n)), n)
   a = None if name == 'prefix' else workloads.momentum_with_cooldown(n, 0.9, 3)
-  value, grad = banded.loss_sq_and_grad(theta, a)
-  assert value == pytest.approx(banded.loss_sq(banded.normalize_columns(theta, n), a))
+  value, grad = banded_matrix.loss_sq_and_grad(theta, a)
+  assert value == pytest.approx(banded_matrix.loss_sq(banded_matrix.normalize_columns(theta, n), a))
   eps = 1e-6
   for r, j in [(0, 0), (1, 3), (3, 2), (2, 7), (0, 9), (1, 8)]:
     e = np.zeros_like(theta)
     e[r, j] = eps
     fd = (
-      banded.loss_sq(banded.normalize_columns(theta + e, n), a)
-      - banded.loss_sq(banded.normalize_columns(theta - e, n), a)
+      banded_matrix.loss_sq(banded_matrix.normalize_columns(theta + e, n), a)
+      - banded_matrix.loss_sq(banded_matrix.normalize_columns(theta - e, n), a)
     ) / (2 * eps)
     assert grad[r, j] == pytest.approx(fd, rel=1e-5, abs=1e-6)
   assert np.all(grad[3, 7:] == 0)  # out of range
@@ -156,19 +157,19 @@ def test_theta_gradient_matches_finite_differences(name):
 def test_row_weighted_and_pnorm_gradients_match_finite_differences():
   n, bands = 9, 3
   rng = np.random.default_rng(4)
-  theta = banded.columns_to_theta(rng.uniform(0.2, 1.0, (bands, n)), n)
+  theta = banded_matrix.columns_to_theta(rng.uniform(0.2, 1.0, (bands, n)), n)
   w = rng.uniform(0.0, 2.0, n)
 
   def weighted(t):
-    return float(w @ banded.decoder_row_sq_norms(banded.normalize_columns(t, n)))
+    return float(w @ banded_matrix.decoder_row_sq_norms(banded_matrix.normalize_columns(t, n)))
 
   def pnorm(t):
-    r = banded.decoder_row_sq_norms(banded.normalize_columns(t, n))
+    r = banded_matrix.decoder_row_sq_norms(banded_matrix.normalize_columns(t, n))
     return float(np.sum(r**16) ** (1 / 16))
 
-  value, grad = banded.loss_sq_and_grad(theta, row_weights=w)
+  value, grad = banded_matrix.loss_sq_and_grad(theta, row_weights=w)
   assert value == pytest.approx(weighted(theta))
-  p_value, p_grad, _ = banded.loss_and_grad_with_row_weights(
+  p_value, p_grad, _ = banded_matrix.loss_and_grad_with_row_weights(
     theta, None, lambda r: banded_optimize._pnorm_weights(r, 16)
   )  # pylint: disable=protected-access
   assert p_value == pytest.approx(pnorm(theta))
@@ -186,10 +187,10 @@ def test_row_weighted_and_pnorm_gradients_match_finite_differences():
 
 def test_x_route_gradient_matches_finite_differences():
   n, bands = 10, 3
-  x_low = banded.gram_band(_random_theta(n, bands, seed=5))
+  x_low = banded_matrix.gram_band(_random_theta(n, bands, seed=5))
   a = workloads.momentum_with_cooldown(n, 0.9, 4)
   value, grad = banded_optimize._x_value_and_grad(x_low, a)  # pylint: disable=protected-access
-  c = banded.banded_matrix(banded.reverse_cholesky_banded(x_low))
+  c = banded_matrix.banded_matrix(banded_matrix.reverse_cholesky_banded(x_low))
   x_dense = c.T @ c
   assert value == pytest.approx(np.trace(a.T @ a @ np.linalg.inv(x_dense)))
   eps = 1e-6
@@ -207,12 +208,12 @@ def test_reverse_cholesky_roundtrip():
   theta = _random_theta(12, 4, seed=7)
   theta = theta * np.sign(theta[0])  # positive diagonal: the reverse Cholesky factor is unique
   np.testing.assert_allclose(
-    banded.reverse_cholesky_banded(banded.gram_band(theta)), theta, atol=1e-12
+    banded_matrix.reverse_cholesky_banded(banded_matrix.gram_band(theta)), theta, atol=1e-12
   )
-  c = banded.banded_matrix(theta)
-  x_low = banded.gram_band(theta)
+  c = banded_matrix.banded_matrix(theta)
+  x_low = banded_matrix.gram_band(theta)
   np.testing.assert_allclose(
-    banded.banded_matrix(x_low) + banded.banded_matrix(x_low).T - np.diag(x_low[0]),
+    banded_matrix.banded_matrix(x_low) + banded_matrix.banded_matrix(x_low).T - np.diag(x_low[0]),
     c.T @ c,
     atol=1e-12,
   )
@@ -221,7 +222,7 @@ def test_reverse_cholesky_roundtrip():
 def test_reverse_cholesky_rejects_indefinite():
   x_low = np.array([[1.0, 1.0, 1.0], [0.99, 0.99, 0.0]])
   with pytest.raises(np.linalg.LinAlgError):
-    banded.reverse_cholesky_banded(x_low)
+    banded_matrix.reverse_cholesky_banded(x_low)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,11 +238,11 @@ _B1_SUB2 = [0.450, 0.286, 0.278, 0.335, 0.272, 0.243, 0.194]
 def test_example_b1_optimal_three_banded(method):
   theta, info = banded_optimize.optimize_bandmf(9, 3, method=method, rtol=1e-12)
   assert info['loss_sq'] == pytest.approx(24.881, abs=5e-4)
-  assert banded.loss_sq(theta) == pytest.approx(info['loss_sq'], rel=1e-9)
+  assert banded_matrix.loss_sq(theta) == pytest.approx(info['loss_sq'], rel=1e-9)
   np.testing.assert_allclose(theta[0], _B1_DIAG, atol=2e-3)
   np.testing.assert_allclose(theta[1, :8], _B1_SUB1, atol=2e-3)
   np.testing.assert_allclose(theta[2, :7], _B1_SUB2, atol=2e-3)
-  np.testing.assert_allclose(np.linalg.norm(banded.banded_matrix(theta), axis=0), 1.0)
+  np.testing.assert_allclose(np.linalg.norm(banded_matrix.banded_matrix(theta), axis=0), 1.0)
 
 
 def test_optimize_reports_sensitivity_and_progress():
@@ -254,15 +255,15 @@ def test_optimize_reports_sensitivity_and_progress():
   assert info['expected_total_sq_error'] == pytest.approx(3 * info['loss_sq'])
   assert [d['iteration'] for d in seen] == list(range(1, len(seen) + 1))
   assert all(b['loss_sq'] <= a['loss_sq'] for a, b in zip(seen, seen[1:]))
-  assert info['loss_sq'] < banded.loss_sq(banded_optimize.warm_start_theta(20, 4))
+  assert info['loss_sq'] < banded_matrix.loss_sq(banded_optimize.warm_start_theta(20, 4))
 
 
 def test_optimize_momentum_workload_beats_warm_start():
   n = 24
   a = workloads.momentum_with_cooldown(n, 0.95, 6)
   theta, info = banded_optimize.optimize_bandmf(n, 4, workload=a, max_iter=60)
-  assert banded.loss_sq(theta, a) == pytest.approx(info['loss_sq'], rel=1e-9)
-  assert info['loss_sq'] < 0.99 * banded.loss_sq(banded_optimize.warm_start_theta(n, 4), a)
+  assert banded_matrix.loss_sq(theta, a) == pytest.approx(info['loss_sq'], rel=1e-9)
+  assert info['loss_sq'] < 0.99 * banded_matrix.loss_sq(banded_optimize.warm_start_theta(n, 4), a)
 
 
 def test_max_objective_lowers_max_error():
@@ -311,7 +312,7 @@ def _toeplitz_over_general_rmse_ratio(n, bands):
   """
 
   def fun(coefs):
-    value, grad = banded.loss_sq_and_grad(np.tile(coefs[:, None], (1, n)))
+    value, grad = banded_matrix.loss_sq_and_grad(np.tile(coefs[:, None], (1, n)))
     return value, grad.sum(axis=1)
 
   res = scipy.optimize.minimize(
@@ -321,7 +322,9 @@ def _toeplitz_over_general_rmse_ratio(n, bands):
     method='L-BFGS-B',
     options=dict(maxiter=500, ftol=1e-13, gtol=1e-10),
   )
-  toeplitz = banded.loss_sq(banded.normalize_columns(np.tile(res.x[:, None], (1, n)), n))
+  toeplitz = banded_matrix.loss_sq(
+    banded_matrix.normalize_columns(np.tile(res.x[:, None], (1, n)), n)
+  )
   _, info = banded_optimize.optimize_bandmf(n, bands, max_iter=1000, rtol=1e-10)
   return float(np.sqrt(toeplitz / info['loss_sq']))
 
@@ -352,5 +355,5 @@ def test_stackoverflow_scale_n2052_bands342():
     f'maxrss={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}MiB'
   )
   assert info['loss_sq'] == pytest.approx(2.53e4, rel=0.01)
-  assert banded.loss_sq(theta) == pytest.approx(info['loss_sq'], rel=1e-8)
+  assert banded_matrix.loss_sq(theta) == pytest.approx(info['loss_sq'], rel=1e-8)
   assert info['sens_sq'] == 6

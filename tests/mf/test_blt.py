@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from fedmf.mf import blt
+from fedmf.mf import blt_optimize
+from fedmf.mf import blt_math
+from fedmf.mf import toeplitz_math
 from fedmf.mf import streaming
-from fedmf.mf import toeplitz
 from fedmf.mf import workloads
 from tests.mf.brute_force import brute_force_patterns
 
@@ -16,7 +17,7 @@ GOLD_N = 100_000
 
 
 def _random_interlaced(rng, nbuf):
-  """θ_1 > θ̂_1 > θ_2 > … in (0, 1), so ω > 0 (see blt._interlaced_from_params)."""
+  """θ_1 > θ̂_1 > θ_2 > … in (0, 1), so ω > 0 (see blt_optimize._interlaced_from_params)."""
   s = np.sort(rng.uniform(0.02, 0.995, 2 * nbuf))[::-1]
   return s[0::2], s[1::2]
 
@@ -41,7 +42,7 @@ def _alg5_literal(theta, theta_hat):
 
 def test_golden_first_coefficients():
   np.testing.assert_allclose(
-    blt.blt_coefs(GOLD_DECAY, GOLD_SCALE, 5),
+    blt_math.blt_coefs(GOLD_DECAY, GOLD_SCALE, 5),
     [1, 0.2001246903, 0.1974392984, 0.1947922810, 0.1921830894],
     rtol=0,
     atol=1e-10,
@@ -51,20 +52,20 @@ def test_golden_first_coefficients():
 def test_golden_single_participation_losses():
   n = GOLD_N
   # Single participation (k = 1, or b >= n): sens = ‖first column‖ = ‖c‖.
-  sens = blt.blt_sensitivity(GOLD_DECAY, GOLD_SCALE, n, 1, 1)
-  assert sens == pytest.approx(blt.blt_sensitivity(GOLD_DECAY, GOLD_SCALE, n, n, 7))
-  assert sens == pytest.approx(np.linalg.norm(blt.blt_coefs(GOLD_DECAY, GOLD_SCALE, n)))
+  sens = blt_math.blt_sensitivity(GOLD_DECAY, GOLD_SCALE, n, 1, 1)
+  assert sens == pytest.approx(blt_math.blt_sensitivity(GOLD_DECAY, GOLD_SCALE, n, n, 7))
+  assert sens == pytest.approx(np.linalg.norm(blt_math.blt_coefs(GOLD_DECAY, GOLD_SCALE, n)))
   # The published parameters are rounded to 10 digits, hence rel=1e-8.
   assert sens**2 == pytest.approx(4.166791846704, rel=1e-8)
-  max_err = blt.blt_max_error(GOLD_DECAY, GOLD_SCALE, n)
+  max_err = blt_math.blt_max_error(GOLD_DECAY, GOLD_SCALE, n)
   assert max_err**2 == pytest.approx(6.733124995051, rel=1e-8)
-  max_loss = blt.blt_max_loss(GOLD_DECAY, GOLD_SCALE, n, n, 1)
+  max_loss = blt_math.blt_max_loss(GOLD_DECAY, GOLD_SCALE, n, n, 1)
   assert max_loss**2 == pytest.approx(28.05553033222, rel=1e-8)
   assert max_loss == pytest.approx(5.296747146, rel=1e-8)
 
 
 def test_golden_inverse():
-  theta_hat, omega_hat = blt.inverse_blt(GOLD_DECAY, GOLD_SCALE)
+  theta_hat, omega_hat = blt_math.inverse_blt(GOLD_DECAY, GOLD_SCALE)
   np.testing.assert_allclose(theta_hat, [0.9991333338232633, 0.7864017317767367], rtol=1e-8)
   np.testing.assert_allclose(omega_hat, [-5.1725898811e-05, -0.20007296440118855], rtol=1e-7)
 
@@ -75,10 +76,10 @@ def test_golden_inverse():
 )
 def test_min_sep_sensitivity_reference_table(min_sep, k, expected):
   theta, omega, n = [0.9, 0.5], [0.2, 0.3], 12
-  sens = blt.blt_sensitivity(theta, omega, n, min_sep, k)
+  sens = blt_math.blt_sensitivity(theta, omega, n, min_sep, k)
   assert sens**2 == pytest.approx(expected, rel=1e-8)
   # Independent brute force over 0/1 patterns (X >= 0 here).
-  m = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
+  m = toeplitz_math.lt_toeplitz(blt_math.blt_coefs(theta, omega, n), n)
   brute = max(np.sum(m[:, list(p)].sum(axis=1) ** 2) for p in brute_force_patterns(n, min_sep, k))
   assert sens**2 == pytest.approx(brute, rel=1e-12)
 
@@ -92,18 +93,22 @@ def test_min_sep_sensitivity_reference_table(min_sep, k, expected):
 def test_inverse_blt_matches_dense_inverse(nbuf):
   rng = np.random.default_rng(nbuf)
   theta, theta_hat_true = _random_interlaced(rng, nbuf)
-  omega = blt.output_scale_from_decays(theta, theta_hat_true)
+  omega = blt_math.output_scale_from_decays(theta, theta_hat_true)
   assert np.all(omega > 0) and omega.sum() < 1
   n = 60
-  c = blt.blt_coefs(theta, omega, n)
-  dense_inv = np.linalg.inv(toeplitz.lt_toeplitz(c, n))
-  theta_hat, omega_hat = blt.inverse_blt(theta, omega)
+  c = blt_math.blt_coefs(theta, omega, n)
+  dense_inv = np.linalg.inv(toeplitz_math.lt_toeplitz(c, n))
+  theta_hat, omega_hat = blt_math.inverse_blt(theta, omega)
   np.testing.assert_allclose(theta_hat, np.sort(theta_hat_true)[::-1], rtol=1e-9)
-  np.testing.assert_allclose(blt.blt_coefs(theta_hat, omega_hat, n), dense_inv[:, 0], atol=1e-10)
-  np.testing.assert_allclose(toeplitz.inverse_coefs(c, n), dense_inv[:, 0], atol=1e-10)
-  np.testing.assert_allclose(blt.blt_inverse_coefs(theta, omega, n), dense_inv[:, 0], atol=1e-10)
+  np.testing.assert_allclose(
+    blt_math.blt_coefs(theta_hat, omega_hat, n), dense_inv[:, 0], atol=1e-10
+  )
+  np.testing.assert_allclose(toeplitz_math.inverse_coefs(c, n), dense_inv[:, 0], atol=1e-10)
+  np.testing.assert_allclose(
+    blt_math.blt_inverse_coefs(theta, omega, n), dense_inv[:, 0], atol=1e-10
+  )
   # The inverse of the inverse is the original.
-  theta2, omega2 = blt.inverse_blt(theta_hat, omega_hat)
+  theta2, omega2 = blt_math.inverse_blt(theta_hat, omega_hat)
   np.testing.assert_allclose(theta2, theta, rtol=1e-8)
   np.testing.assert_allclose(omega2, omega, rtol=1e-7, atol=1e-12)
 
@@ -111,14 +116,14 @@ def test_inverse_blt_matches_dense_inverse(nbuf):
 def test_inverse_blt_non_interlaced_negative_scale():
   # θ = [.9, .5], ω = [.5, -.2] has complex θ̂: refused with a ValueError.
   with pytest.raises(ValueError, match='complex'):
-    blt.inverse_blt([0.9, 0.5], [0.5, -0.2])
+    blt_math.inverse_blt([0.9, 0.5], [0.5, -0.2])
   # Mixed-sign ω with a real inverse; check it against lfilter.
   theta, omega = np.array([0.9, 0.5]), np.array([0.1, -0.05])
-  theta_hat, omega_hat = blt.inverse_blt(theta, omega)
+  theta_hat, omega_hat = blt_math.inverse_blt(theta, omega)
   n = 40
   np.testing.assert_allclose(
-    blt.blt_coefs(theta_hat, omega_hat, n),
-    toeplitz.inverse_coefs(blt.blt_coefs(theta, omega, n), n),
+    blt_math.blt_coefs(theta_hat, omega_hat, n),
+    toeplitz_math.inverse_coefs(blt_math.blt_coefs(theta, omega, n), n),
     atol=1e-12,
   )
 
@@ -128,18 +133,18 @@ def test_alg5_closed_form_equals_literal_and_round_trips(nbuf):
   rng = np.random.default_rng(10 + nbuf)
   theta = np.sort(rng.uniform(0.05, 0.99, nbuf))[::-1]
   theta_hat = np.sort(rng.uniform(0.05, 0.99, nbuf))[::-1]  # any pair
-  omega = blt.output_scale_from_decays(theta, theta_hat)
+  omega = blt_math.output_scale_from_decays(theta, theta_hat)
   np.testing.assert_allclose(omega, _alg5_literal(theta, theta_hat), rtol=1e-8, atol=1e-12)
-  got_hat, got_omega_hat = blt.inverse_blt(theta, omega)
+  got_hat, got_omega_hat = blt_math.inverse_blt(theta, omega)
   np.testing.assert_allclose(got_hat, np.sort(theta_hat)[::-1], rtol=1e-7)
   np.testing.assert_allclose(
-    got_omega_hat, blt.output_scale_from_decays(got_hat, theta), rtol=1e-12
+    got_omega_hat, blt_math.output_scale_from_decays(got_hat, theta), rtol=1e-12
   )
 
 
 def test_alg5_requires_distinct_decays():
   with pytest.raises(ValueError):
-    blt.output_scale_from_decays([0.5, 0.5], [0.4, 0.3])
+    blt_math.output_scale_from_decays([0.5, 0.5], [0.4, 0.3])
 
 
 # ---------------------------------------------------------------------------
@@ -151,24 +156,24 @@ def test_alg5_requires_distinct_decays():
 def test_streams_match_dense(shape):
   rng = np.random.default_rng(5)
   theta, theta_hat = _random_interlaced(rng, 3)
-  omega = blt.output_scale_from_decays(theta, theta_hat)
+  omega = blt_math.output_scale_from_decays(theta, theta_hat)
   n = 25
-  c_dense = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
+  c_dense = toeplitz_math.lt_toeplitz(blt_math.blt_coefs(theta, omega, n), n)
   x = rng.normal(size=(n,) + shape)
   flat = x.reshape(n, -1)
   expected_mul = (c_dense @ flat).reshape(x.shape)
   expected_inv = np.linalg.solve(c_dense, flat).reshape(x.shape)
-  np.testing.assert_allclose(blt.blt_multiply(theta, omega, x), expected_mul, atol=1e-12)
-  np.testing.assert_allclose(blt.blt_solve(theta, omega, x), expected_inv, atol=1e-10)
+  np.testing.assert_allclose(blt_math.blt_multiply(theta, omega, x), expected_mul, atol=1e-12)
+  np.testing.assert_allclose(blt_math.blt_solve(theta, omega, x), expected_inv, atol=1e-10)
   # O(nbuf·d) state and no horizon: keep going past n.
-  stream = blt.blt_stream(theta, omega)
+  stream = blt_math.blt_stream(theta, omega)
   assert stream.horizon is None
   state = stream.init([streaming.Spec(shape)], streaming.NUMPY)
   assert [b.shape for b in state[1][0]] == [shape] * 3
   longer = np.concatenate([x, rng.normal(size=(5,) + shape)])
   outs = streaming.inverse_noise(stream, longer)
   np.testing.assert_allclose(outs[:n], expected_inv, atol=1e-10)
-  np.testing.assert_allclose(blt.blt_multiply(theta, omega, outs), longer, atol=1e-10)
+  np.testing.assert_allclose(blt_math.blt_multiply(theta, omega, outs), longer, atol=1e-10)
   # ‖row_t of C⁻¹‖ from the float64 impulse channel.
   np.testing.assert_allclose(
     streaming.row_norms(stream, n), np.linalg.norm(np.linalg.inv(c_dense), axis=1), rtol=1e-10
@@ -183,22 +188,24 @@ def test_streams_match_dense(shape):
 def test_losses_match_dense():
   rng = np.random.default_rng(7)
   theta, theta_hat = _random_interlaced(rng, 2)
-  omega = blt.output_scale_from_decays(theta, theta_hat)
+  omega = blt_math.output_scale_from_decays(theta, theta_hat)
   n, min_sep, k = 13, 4, 3
-  c_dense = toeplitz.lt_toeplitz(blt.blt_coefs(theta, omega, n), n)
+  c_dense = toeplitz_math.lt_toeplitz(blt_math.blt_coefs(theta, omega, n), n)
   decoder = workloads.prefix_sum(n) @ np.linalg.inv(c_dense)
   max_err = np.sqrt(np.max(np.sum(decoder**2, axis=1)))
   rms_err = np.linalg.norm(decoder) / np.sqrt(n)
   brute_sens = np.sqrt(
     max(np.sum(c_dense[:, list(p)].sum(axis=1) ** 2) for p in brute_force_patterns(n, min_sep, k))
   )
-  assert blt.blt_max_error(theta, omega, n) == pytest.approx(max_err, rel=1e-10)
-  assert blt.blt_rms_error(theta, omega, n) == pytest.approx(rms_err, rel=1e-10)
-  assert blt.blt_sensitivity(theta, omega, n, min_sep, k) == pytest.approx(brute_sens, rel=1e-12)
-  assert blt.blt_max_loss(theta, omega, n, min_sep, k) == pytest.approx(
+  assert blt_math.blt_max_error(theta, omega, n) == pytest.approx(max_err, rel=1e-10)
+  assert blt_math.blt_rms_error(theta, omega, n) == pytest.approx(rms_err, rel=1e-10)
+  assert blt_math.blt_sensitivity(theta, omega, n, min_sep, k) == pytest.approx(
+    brute_sens, rel=1e-12
+  )
+  assert blt_math.blt_max_loss(theta, omega, n, min_sep, k) == pytest.approx(
     max_err * brute_sens, rel=1e-10
   )
-  assert blt.blt_rms_loss(theta, omega, n, min_sep, k) == pytest.approx(
+  assert blt_math.blt_rms_loss(theta, omega, n, min_sep, k) == pytest.approx(
     rms_err * brute_sens, rel=1e-10
   )
 
@@ -213,9 +220,9 @@ def test_losses_match_dense():
 )
 def test_sensitivity_refuses_outside_thm31(theta, omega):
   with pytest.raises(ValueError):  # AssumptionError is a ValueError.
-    blt.blt_sensitivity(theta, omega, 12, 3, 2)
+    blt_math.blt_sensitivity(theta, omega, 12, 3, 2)
   # Without the check it is only a lower bound, but it is still computed.
-  assert blt.blt_sensitivity(theta, omega, 12, 3, 2, check=False) > 0
+  assert blt_math.blt_sensitivity(theta, omega, 12, 3, 2, check=False) > 0
 
 
 def test_interlaced_parametrization_is_feasible():
@@ -223,18 +230,21 @@ def test_interlaced_parametrization_is_feasible():
   for _ in range(200):
     nbuf = int(rng.integers(1, 6))
     u = rng.normal(0.0, 3.0, 2 * nbuf)
-    s, _ = blt._interlaced_from_params(u)
+    s, _ = blt_optimize._interlaced_from_params(u)
     theta, theta_hat = s[0::2], s[1::2]
     if np.min(-np.diff(np.concatenate([[1.0], s]))) < 1e-9:
       continue  # too close to call in float64
-    omega = blt.output_scale_from_decays(theta, theta_hat)
-    blt.check_blt_sensitivity_assumptions(theta, omega)
+    omega = blt_math.output_scale_from_decays(theta, theta_hat)
+    blt_math.check_blt_sensitivity_assumptions(theta, omega)
   u = rng.normal(size=6)
-  _, jac = blt._interlaced_from_params(u)
+  _, jac = blt_optimize._interlaced_from_params(u)
   h = 1e-6
   fd = np.stack(
     [
-      (blt._interlaced_from_params(u + h * e)[0] - blt._interlaced_from_params(u - h * e)[0])
+      (
+        blt_optimize._interlaced_from_params(u + h * e)[0]
+        - blt_optimize._interlaced_from_params(u - h * e)[0]
+      )
       / (2 * h)
       for e in np.eye(6)
     ],
@@ -242,8 +252,10 @@ def test_interlaced_parametrization_is_feasible():
   )
   np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-10)
   np.testing.assert_allclose(
-    blt._interlaced_from_params(blt._params_from_interlaced(blt._interlaced_from_params(u)[0]))[0],
-    blt._interlaced_from_params(u)[0],
+    blt_optimize._interlaced_from_params(
+      blt_optimize._params_from_interlaced(blt_optimize._interlaced_from_params(u)[0])
+    )[0],
+    blt_optimize._interlaced_from_params(u)[0],
     rtol=1e-12,
   )
 
@@ -254,20 +266,22 @@ def test_loss_gradient_matches_finite_differences(objective, nbuf):
   rng = np.random.default_rng(nbuf)
   theta, theta_hat = _random_interlaced(rng, nbuf)
   n, min_sep, k = 50, 7, 4
-  loss, g_theta, g_hat, parts = blt.blt_loss_and_grad(
+  loss, g_theta, g_hat, parts = blt_optimize.blt_loss_and_grad(
     theta, theta_hat, n, min_sep, k, objective, penalty=1e-3
   )
   omega = parts['output_scale']
-  err_fn = blt.blt_max_error if objective == 'max' else blt.blt_rms_error
-  core = err_fn(theta, omega, n) * blt.blt_sensitivity(theta, omega, n, min_sep, k)
+  err_fn = blt_math.blt_max_error if objective == 'max' else blt_math.blt_rms_error
+  core = err_fn(theta, omega, n) * blt_math.blt_sensitivity(theta, omega, n, min_sep, k)
   assert loss > core
-  assert blt.blt_loss_and_grad(theta, theta_hat, n, min_sep, k, objective, penalty=0.0)[
+  assert blt_optimize.blt_loss_and_grad(theta, theta_hat, n, min_sep, k, objective, penalty=0.0)[
     0
   ] == pytest.approx(core, rel=1e-10)
   x = np.concatenate([theta, theta_hat])
 
   def f(v):
-    return blt.blt_loss_and_grad(v[:nbuf], v[nbuf:], n, min_sep, k, objective, penalty=1e-3)[0]
+    return blt_optimize.blt_loss_and_grad(
+      v[:nbuf], v[nbuf:], n, min_sep, k, objective, penalty=1e-3
+    )[0]
 
   h = 1e-7
   fd = np.array([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(2 * nbuf)])
@@ -283,15 +297,17 @@ def test_loss_gradient_matches_finite_differences(objective, nbuf):
 def test_optimize_blt_small_is_valid_and_improves_with_buffers():
   n, min_sep, k = 64, 8, 4
   events = []
-  t1, w1, info1 = blt.optimize_blt(n, min_sep, k, num_buffers=1, num_starts=2, seed=0)
-  t2, w2, info2 = blt.optimize_blt(
+  t1, w1, info1 = blt_optimize.optimize_blt(n, min_sep, k, num_buffers=1, num_starts=2, seed=0)
+  t2, w2, info2 = blt_optimize.optimize_blt(
     n, min_sep, k, num_buffers=2, num_starts=2, seed=0, progress=events.append
   )
   assert events and events[-1]['done']
   for theta, omega, info in [(t1, w1, info1), (t2, w2, info2)]:
-    blt.check_blt_sensitivity_assumptions(theta, omega)
-    assert info['loss'] == pytest.approx(blt.blt_max_loss(theta, omega, n, min_sep, k), rel=1e-10)
-    theta_hat, omega_hat = blt.inverse_blt(theta, omega)
+    blt_math.check_blt_sensitivity_assumptions(theta, omega)
+    assert info['loss'] == pytest.approx(
+      blt_math.blt_max_loss(theta, omega, n, min_sep, k), rel=1e-10
+    )
+    theta_hat, omega_hat = blt_math.inverse_blt(theta, omega)
     np.testing.assert_allclose(info['inv_buf_decay'], theta_hat)
     np.testing.assert_allclose(info['inv_output_scale'], omega_hat)
   assert info2['loss'] <= info1['loss'] * (1 + 1e-9)
@@ -300,7 +316,9 @@ def test_optimize_blt_small_is_valid_and_improves_with_buffers():
 
 def test_optimize_blt_automatic_buffers_rms():
   n, min_sep, k = 64, 16, 3
-  theta, omega, info = blt.optimize_blt(n, min_sep, k, objective='rms', num_starts=2, max_buffers=3)
+  theta, omega, info = blt_optimize.optimize_blt(
+    n, min_sep, k, objective='rms', num_starts=2, max_buffers=3
+  )
   assert info['loss'] == pytest.approx(info['rms_loss'])
   best_listed = min(r['loss'] for r in info['per_buffers'] if r['valid'])
   assert info['loss'] == pytest.approx(best_listed)
@@ -311,13 +329,15 @@ def test_optimize_blt_automatic_buffers_rms():
 def test_optimize_blt_stackoverflow_table3():
   # BLT Table 3 (first loss column is MaxLoss): 2 buffers 10.81, 3-5: 10.79.
   n, min_sep, k = 2052, 342, 6
-  theta2, omega2, info2 = blt.optimize_blt(n, min_sep, k, num_buffers=2)
+  theta2, omega2, info2 = blt_optimize.optimize_blt(n, min_sep, k, num_buffers=2)
   assert info2['max_loss'] <= 10.81 + 5e-3
   assert info2['rms_loss'] == pytest.approx(9.34, abs=0.01)
-  theta, omega, info = blt.optimize_blt(n, min_sep, k, objective='max')
-  blt.check_blt_sensitivity_assumptions(theta, omega)
+  theta, omega, info = blt_optimize.optimize_blt(n, min_sep, k, objective='max')
+  blt_math.check_blt_sensitivity_assumptions(theta, omega)
   assert info['max_loss'] <= 10.79
-  assert info['max_loss'] == pytest.approx(blt.blt_max_loss(theta, omega, n, min_sep, k), rel=1e-10)
+  assert info['max_loss'] == pytest.approx(
+    blt_math.blt_max_loss(theta, omega, n, min_sep, k), rel=1e-10
+  )
   assert info['seconds'] < 30
 
 
@@ -325,8 +345,8 @@ def test_optimize_blt_stackoverflow_table3():
 def test_optimize_blt_reproduces_golden_single_participation():
   # jax_privacy's golden 2-buffer max-error BLT for n = 100000, k = 1.
   n = GOLD_N
-  theta, omega, info = blt.optimize_blt(n, n, 1, num_buffers=2, num_starts=2)
-  golden = blt.blt_max_loss(GOLD_DECAY, GOLD_SCALE, n, n, 1)
+  theta, omega, info = blt_optimize.optimize_blt(n, n, 1, num_buffers=2, num_starts=2)
+  golden = blt_math.blt_max_loss(GOLD_DECAY, GOLD_SCALE, n, n, 1)
   assert info['max_loss'] <= golden * (1 + 1e-8)
   np.testing.assert_allclose(theta, GOLD_DECAY, rtol=1e-6)
   np.testing.assert_allclose(omega, GOLD_SCALE, rtol=1e-4)

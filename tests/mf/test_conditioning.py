@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from fedmf.mf import banded, blt, strategies as st, toeplitz
+from fedmf.mf import blt_math
+from fedmf.mf import toeplitz_math
+from fedmf.mf import banded_matrix
+from fedmf.mf import strategies as st
 from fedmf.mf import strategy as strategy_lib
 from fedmf.mf.schema import ParticipationSchema
 
@@ -72,13 +75,13 @@ def test_horizon_free_numbers_are_the_supremum_over_all_rounds(obj):
 
 
 def test_inverse_energy_is_the_impulse_response_energy_and_detects_instability():
-  for coefs in ([1.0, 0.5], [1.0, -0.9], list(toeplitz.sqrt_coefs(60)), [2.0, 1.0, 0.9, -0.3]):
-    energy, reason = toeplitz.inverse_energy(coefs)
+  for coefs in ([1.0, 0.5], [1.0, -0.9], list(toeplitz_math.sqrt_coefs(60)), [2.0, 1.0, 0.9, -0.3]):
+    energy, reason = toeplitz_math.inverse_energy(coefs)
     assert reason is None
-    chat = toeplitz.inverse_coefs(coefs, 50_000)
+    chat = toeplitz_math.inverse_coefs(coefs, 50_000)
     np.testing.assert_allclose(energy, np.sum(chat**2), rtol=1e-5)
   for coefs, modulus in (([1.0, 2.0], "2"), ([1.0, 1.0], "1"), ([1.0, 0.0, 1.5], "1.22474")):
-    energy, reason = toeplitz.inverse_energy(coefs)
+    energy, reason = toeplitz_math.inverse_energy(coefs)
     assert energy == np.inf and f"pole of modulus {modulus}" in reason
     assert np.max(np.abs(np.roots(coefs))) >= 1.0 - 1e-12
 
@@ -88,19 +91,19 @@ def test_inverse_row_norms_without_the_dense_inverse(n, bands):
   rng = np.random.default_rng(n + bands)
   theta = rng.uniform(0.3, 1.0, (bands, n))
   theta[0] += 1.0  # A dominant diagonal keeps the dense reference itself accurate.
-  theta = banded.normalize_columns(theta)
-  c = banded.banded_matrix(theta)
+  theta = banded_matrix.normalize_columns(theta)
+  c = banded_matrix.banded_matrix(theta)
   expected = np.sum(scipy.linalg.solve_triangular(c, np.eye(n), lower=True) ** 2, axis=1)
-  np.testing.assert_allclose(banded.inverse_row_sq_norms(theta), expected, rtol=1e-11)
+  np.testing.assert_allclose(banded_matrix.inverse_row_sq_norms(theta), expected, rtol=1e-11)
 
 
 def test_normalize_columns_is_scale_safe_and_unchanged_for_ordinary_columns():
   theta = np.array([[1e-300, 1e200, 3.0, 5.0], [0.0, 1e200, 4.0, 0.0]])
-  got = banded.normalize_columns(theta)
+  got = banded_matrix.normalize_columns(theta)
   np.testing.assert_allclose(got, [[1.0, 2**-0.5, 0.6, 1.0], [0.0, 2**-0.5, 0.8, 0.0]], rtol=1e-15)
-  ordinary = banded.columns_to_theta(np.random.default_rng(0).uniform(0.1, 2.0, (3, 8)))
+  ordinary = banded_matrix.columns_to_theta(np.random.default_rng(0).uniform(0.1, 2.0, (3, 8)))
   plain = ordinary / np.sqrt(np.sum(ordinary * ordinary, axis=0))
-  assert np.array_equal(banded.normalize_columns(ordinary), plain)
+  assert np.array_equal(banded_matrix.normalize_columns(ordinary), plain)
 
 
 # --- legitimate strategies pass with a wide margin ---------------------------------------------
@@ -124,7 +127,7 @@ def test_optimized_blt_is_well_conditioned(n, b, k, buffers):
   strategy, _ = st.Blt.optimize(ParticipationSchema(n, b, k), st.OptimizeOptions(buffers=buffers))
   conditioning = strategy.conditioning()
   assert conditioning.amplification < 10 and conditioning.column_norm < 1e3
-  theta_hat, _ = blt.inverse_blt(strategy.buf_decay, strategy.output_scale)
+  theta_hat, _ = blt_math.inverse_blt(strategy.buf_decay, strategy.output_scale)
   assert np.max(np.abs(theta_hat)) < 1
 
 

@@ -1,0 +1,191 @@
+"""Auditing a participation log against b̂-cyclic Poisson sampling (BandMF §5, Alg. 6).
+
+Amplified BandMF's guarantee (BandMF Thm 4) holds only if every device joined rounds of its own
+partition alone: partition j owns rounds j, j + P, j + 2P, …, so all the rounds of one device are
+congruent modulo P (and, when the run recorded the assignment, congruent to its partition). This
+module checks exactly that on a log's (client, round) pairs, and, when the log complies and the
+run declares the sampling, reports the amplified ε (`fedmf.privacy.amplification`). Pure
+functions of arrays: reading the log and the run's declaration is the auditor's business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from fedmf.errors import FedmfUserError
+from fedmf.privacy import amplification
+
+_SHOWN = 5  # Violations named in the report.
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionViolation:
+  """A participation outside the device's partition: `round` is not ≡ `partition` (mod P)."""
+
+  client: Any
+  partition: int
+  round: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionCompliance:
+  partitions: int
+  clients: int
+  participations: int
+  violating_clients: int
+  violating_participations: int
+  examples: tuple[PartitionViolation, ...]
+
+  @property
+  def complies(self) -> bool:
+    return self.violating_participations == 0
+
+  def describe(self) -> str:
+    if self.complies:
+      return (
+        f"complies with {self.partitions}-cyclic partitions: each of {self.clients} devices "
+        f"joined only rounds of its partition ({self.participations} participations)"
+      )
+    shown = "; ".join(
+      f"device {v.client} (partition {v.partition}) in round {v.round}" for v in self.examples
+    )
+    return (
+      f"violates {self.partitions}-cyclic partitions: {self.violating_clients} of "
+      f"{self.clients} devices joined {self.violating_participations} rounds outside their "
+      f"partition, e.g. {shown}"
+    )
+
+
+def check_partitions(
+  clients: Sequence[Any],
+  rounds: Sequence[int],
+  partitions: int,
+  assignment: Optional[Mapping[Any, int]] = None,
+) -> PartitionCompliance:
+  """Whether every device joined only rounds of its partition (round ≡ partition mod P).
+
+  Args:
+    clients, rounds: the log's participations, one (client, 0-based round) pair per entry.
+    partitions: P.
+    assignment: optional {client: partition in [0, P)} recorded by the run; without it a device's
+      partition is the residue of its first round, so only consistency is checked.
+  """
+  if isinstance(partitions, bool) or int(partitions) != partitions or partitions < 1:
+    raise FedmfUserError(f"partitions must be an integer >= 1, got {partitions!r}")
+  p = int(partitions)
+  clients = np.asarray(clients)
+  rounds = np.asarray(rounds, dtype=np.int64)
+  if clients.shape != rounds.shape or clients.ndim != 1:
+    raise FedmfUserError("clients and rounds must be 1-D and of equal length")
+  if rounds.size and rounds.min() < 0:
+    raise FedmfUserError(f"rounds must be >= 0, got {int(rounds.min())}")
+  ids, inverse = np.unique(clients, return_inverse=True)
+  residue = rounds % p
+  if assignment is None:
+    # The partition of a device: the residue of its first round.
+    order = np.lexsort((rounds, inverse))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = inverse[order][1:] != inverse[order][:-1]
+    partition_of = np.empty(ids.size, dtype=np.int64)
+    partition_of[inverse[order][first]] = residue[order][first]
+  else:
+    missing = [c for c in ids.tolist() if c not in assignment]
+    if missing:
+      raise FedmfUserError(f"device {missing[0]} of the log has no recorded partition")
+    partition_of = np.array([int(assignment[c]) for c in ids.tolist()], dtype=np.int64)
+    if partition_of.size and (partition_of.min() < 0 or partition_of.max() >= p):
+      raise FedmfUserError(f"recorded partitions must lie in [0, {p})")
+  expected = partition_of[inverse]
+  bad = np.flatnonzero(residue != expected)
+  bad = bad[np.argsort(rounds[bad], kind="stable")]
+  examples = tuple(
+    PartitionViolation(ids[inverse[i]].item(), int(expected[i]), int(rounds[i]))
+    for i in bad[:_SHOWN]
+  )
+  return PartitionCompliance(
+    partitions=p,
+    clients=int(ids.size),
+    participations=int(rounds.size),
+    violating_clients=int(np.unique(inverse[bad]).size),
+    violating_participations=int(bad.size),
+    examples=examples,
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class AmplifiedAudit:
+  """The partition check and, if the log complies, the amplified accounting (else None, why)."""
+
+  compliance: PartitionCompliance
+  accounting: Optional[amplification.AmplifiedAccounting]
+  note: str
+
+  def to_dict(self) -> dict[str, Any]:
+    c = self.compliance
+    return {
+      "partitions": c.partitions,
+      "complies": c.complies,
+      "violating_clients": c.violating_clients,
+      "violating_participations": c.violating_participations,
+      "amplified": None if self.accounting is None else self.accounting.to_dict(),
+      "note": self.note,
+    }
+
+
+def audit_amplified(
+  clients: Sequence[Any],
+  rounds: Sequence[int],
+  *,
+  strategy: Any,
+  n: int,
+  partitions: int,
+  dataset_size: int,
+  sampling_probability: float,
+  noise_multiplier: float,
+  delta: float,
+  assignment: Optional[Mapping[Any, int]] = None,
+  accountant: str = "pld",
+) -> AmplifiedAudit:
+  """Checks the log against the declared P-cyclic Poisson sampling over `dataset_size` devices
+  with probability q, and reports the amplified ε of `strategy` over n rounds if it complies.
+
+  The log cannot show the sampling itself (who was asked and declined is not logged), only where
+  devices joined: the amplified ε holds if the run sampled as declared, which is the run's claim.
+  """
+  compliance = check_partitions(clients, rounds, partitions, assignment)
+  rounds = np.asarray(rounds, dtype=np.int64)
+  if rounds.size and int(rounds.max()) >= n:
+    raise FedmfUserError(f"the log has round {int(rounds.max())}, beyond the n={n} rounds audited")
+  clients_seen = np.unique(np.asarray(clients)).size
+  if clients_seen > dataset_size:
+    raise FedmfUserError(
+      f"the log has {clients_seen} devices, more than the declared population {dataset_size}"
+    )
+  if not compliance.complies:
+    return AmplifiedAudit(
+      compliance,
+      None,
+      "no amplification credited: " + compliance.describe() + " (BandMF Thm 4 needs each device "
+      "in rounds of its partition only)",
+    )
+  sampling = amplification.CyclicPoissonSampling.from_probability(
+    dataset_size, partitions, sampling_probability
+  )
+  result = amplification.account_amplified(
+    strategy,
+    n,
+    sampling,
+    delta,
+    noise_multiplier=noise_multiplier,
+    accountant=accountant,
+  )
+  return AmplifiedAudit(
+    compliance,
+    result,
+    f"amplified epsilon {result.epsilon:.6g} at delta {result.delta:g}: the log "
+    + compliance.describe()
+    + f"; the run declares {sampling.describe(n)}",
+  )
