@@ -133,6 +133,7 @@ def main(argv=None) -> int:
   parser.add_argument("--clients", type=int, default=16)
   parser.add_argument("--clients-per-call", type=int, default=2)
   parser.add_argument("--model", default="lstm-small")
+  parser.add_argument("--sentences", type=int, default=64, help="sentences per client")
   parser.add_argument("--delay-ms", type=float, default=2.0)
   parser.add_argument("--rate-mbit", type=float, default=1000.0)
   parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
@@ -146,7 +147,7 @@ def main(argv=None) -> int:
   os.environ.setdefault("FEDMF_CACHE_DIR", tempfile.mkdtemp(prefix="fedmf-bench-cache-"))
   base = [
     "num_clients=400", f"clients_per_round={args.clients}", f"clients_per_call={args.clients_per_call}",
-    f"model={args.model}", "max_sentences_per_client=32", "test_sentences=64",
+    f"model={args.model}", f"max_sentences_per_client={args.sentences}", "test_sentences=64",
     f"rounds={args.rounds + 2}", "participation.min_sep=1", "noise_multiplier=1.0", "mechanism=blt",
     "eval_every=1000",
   ]  # fmt: skip
