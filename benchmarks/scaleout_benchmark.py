@@ -124,6 +124,38 @@ def predict(model: dict, workers: int, chunks: int, cores: int) -> float:
   return model["coordinator_s"] + compute + transfer
 
 
+# The papers' StackOverflow run (BandMF App. I; BLT §5): 1000 devices a round, 2052 rounds, the paper
+# LSTM (4,050,748 float32 parameters). Per-client compute from docs/benchmarks.md §4: a 100-client
+# round took 132-164 s on 2 cores, 1.48 s a client (median), i.e. 2.96 core-seconds.
+SO_CLIENTS, SO_ROUNDS, SO_CHUNK = 1000, 2052, 20
+SO_CLIENT_CORE_S = 2.96
+SO_CHUNK_BYTES = 2 * 4 * 4_050_748 + SO_CHUNK * 256 * 21 * 8  # weights out, sum back, the data
+SO_COORDINATOR_S = 1.1 + 0.03 * (SO_CLIENTS // SO_CHUNK)  # noise + server step; chunk adds
+
+
+def predict_stackoverflow(machines: int, cores: int, gbit: float) -> float:
+  """Seconds per round of the papers' StackOverflow run on `machines` workers of `cores` cores."""
+  chunks = -(-SO_CLIENTS // SO_CHUNK)
+  per_worker = -(-chunks // machines)
+  compute = per_worker * SO_CHUNK * SO_CLIENT_CORE_S / cores
+  transfer = max(
+    per_worker * SO_CHUNK_BYTES * 8 / (gbit * 1e9),  # each worker's link
+    chunks * SO_CHUNK_BYTES * 8 / (gbit * 1e9),  # the coordinator's link carries every chunk
+  )
+  return SO_COORDINATOR_S + compute + transfer
+
+
+def print_stackoverflow_table() -> None:
+  print("papers' StackOverflow run (1000 clients/round, 2052 rounds, lstm-paper), predicted:")
+  print("machines x cores | link | s/round | whole run")
+  for machines, cores in ((1, 2), (1, 16), (10, 16), (50, 16), (50, 64), (100, 32)):
+    for gbit in (1, 10):
+      t = predict_stackoverflow(machines, cores, gbit)
+      total = t * SO_ROUNDS
+      when = f"{total / 86400:.1f} days" if total > 2 * 86400 else f"{total / 3600:.1f} h"
+      print(f"{machines} x {cores} | {gbit} Gbit/s | {t:.1f} | {when}")
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -138,7 +170,13 @@ def main(argv=None) -> int:
   parser.add_argument("--rate-mbit", type=float, default=1000.0)
   parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
   parser.add_argument("--json", metavar="FILE")
+  parser.add_argument(
+    "--predict-only", action="store_true", help="print the StackOverflow prediction and exit"
+  )
   args = parser.parse_args(argv)
+  if args.predict_only:
+    print_stackoverflow_table()
+    return 0
   reason = netns.available()
   if reason:
     print(f"scaleout_benchmark: {reason}", file=sys.stderr)
@@ -228,6 +266,8 @@ def main(argv=None) -> int:
       f"{pred:.2f} | {err:+.0f}%"
     )
   print("model:", json.dumps({k: round(v, 6) for k, v in model.items()}))
+  print()
+  print_stackoverflow_table()
   if args.json:
     Path(args.json).write_text(
       json.dumps({"results": {str(k): v for k, v in results.items()}, "model": model}, indent=1)
