@@ -12,6 +12,9 @@ Sections (every ratio is against `tff-gaussian-fixed` measured in the same proce
             tff-gaussian-fixed  tff.learning FedAvg + DifferentiallyPrivateFactory.gaussian_fixed
             tff-tree            ... + DifferentiallyPrivateFactory.tree_aggregation (efficient)
             factory-<mech>      ... + fedmf's drop-in factory `fedmf.tff.build_dp_aggregator`
+            host-<mech>         the users'-loop API `fedmf.tff.host_noise.build_host_noise_fed_avg`:
+                                tff.learning FedAvg whose aggregator takes the round's noise
+                                (computed on the host) as its state
             split-<mech>        fedmf's own path (`fedmf simulate`): the federated part in TFF
                                 (`fedmf.tff.rounds`, weights in, clipped sum out), the noise on the
                                 host (`fedmf.program.server.HostNoise`, computed during the TFF
@@ -234,6 +237,34 @@ class _FedAvgArm:
     return time.perf_counter() - start
 
 
+class _HostNoiseArm(_FedAvgArm):
+  """The users'-loop API: tff.learning FedAvg with the noise on the host (`fedmf.tff.host_noise`)."""
+
+  def __init__(self, name, model_fn, mech):  # pylint: disable=super-init-not-called
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    from fedmf.tff import host_noise  # pylint: disable=g-import-not-at-top
+
+    self.name = name
+    self.process = host_noise.build_host_noise_fed_avg(
+      model_fn,
+      strategy(mech),
+      noise_multiplier=SIGMA,
+      clip_norm=CLIP,
+      clients_per_round=CPR,
+      noise_seed=SEED,
+      num_rounds=N_ROUNDS,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE, 0.95),
+      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+    )
+    self.state = self.process.initialize()
+    self.parts = {}
+
+  def close(self):
+    self.process.close()
+
+
 class _SplitArm:
   """fedmf's path: TFF client round, host noise (prefetched during the call), numpy server step."""
 
@@ -311,6 +342,8 @@ def _build_arm(name, model, shapes, model_fn, runner):
       noise_seed=SEED,
     )
     return _FedAvgArm(name, model_fn, agg)
+  if kind == 'host':
+    return _HostNoiseArm(name, model_fn, mech)
   if kind == 'split':
     weights = models.initial_weights(model['preset'], model['vocab'], SEQ_LEN, seed=0)
     stream = st.load_strategy(strategy(mech)).noise_stream(N_ROUNDS)

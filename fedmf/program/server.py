@@ -31,8 +31,7 @@ import tensorflow as tf
 
 from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
-from fedmf.tff import aggregators as aggregators_lib
-from fedmf.tff import noise as noise_lib
+from fedmf.tff.host_noise import HostNoise  # noqa: F401  (the program's noise; re-exported)
 
 
 def learning_rate(
@@ -60,138 +59,6 @@ def draw_seed() -> int:
   import os  # pylint: disable=g-import-not-at-top
 
   return int.from_bytes(os.urandom(8), "little")
-
-
-class HostNoise:
-  """A strategy's noise stream on the host: the aggregator's noise, with the state in numpy.
-
-  The stream runs as its `HostKernel` (`NoiseStream.host_kernel`: the stream's own definition in
-  numpy, with in-place kernels for the model-sized buffers of BLT, banded and tree streams), fed
-  by the aggregator's seeded draws (`fedmf.tff.noise.round_draws` under the aggregator's seed key),
-  so for the same seed it gives the `tff.aggregators` factory's noise bit for bit
-  (tests/program/test_host_noise.py). Only the standard normals are drawn with TF (Philox).
-
-  `next()` returns round t's unit-scale noise [C⁻¹ z]_t as float32 numpy arrays, one per model
-  tensor (new arrays, the caller's), and advances. `prefetch()` starts computing it in a
-  background thread (the noise does not depend on the data, so it can be computed while TFF trains
-  the clients); `next()` then waits for it. The noise is the same with or without prefetching.
-  `state()` / `restore()` give and take the stream state as flat numpy arrays.
-  """
-
-  def __init__(
-    self,
-    stream: streaming.NoiseStream,
-    shapes: Sequence[tuple[int, ...]],
-    seed: int,
-    dtype=tf.float32,
-    overlap: bool = False,
-  ):
-    self.stream = stream
-    self.specs = [tf.TensorSpec(s, dtype) for s in shapes]
-    self.overlap = overlap
-    # The aggregator's own seed key, so both give the same noise for the same seed.
-    self._seed = tf.constant(aggregators_lib._seed_pair(seed), tf.int64)  # pylint: disable=protected-access
-    self._kernel = stream.host_kernel(self.specs)
-    self._round = self._kernel.round
-    self._row_norm = self._kernel_row_norm()
-    self._pool = None
-    self._pending = None  # Future of (round's noise, next round's row norm), from prefetch().
-    specs = self.specs
-
-    @tf.function(autograph=False)
-    def draw(seed, round_index, j):
-      return noise_lib.round_draws(seed, round_index, specs)(j)
-
-    self._draw = draw
-
-  @property
-  def round(self) -> int:
-    """The round whose noise `next()` returns."""
-    return self._round
-
-  def row_norm(self) -> float:
-    """‖row_t of C⁻¹‖ of the next round (the noise std per unit of ζσ)."""
-    return self._row_norm
-
-  def _check_horizon(self, round_index: int) -> None:
-    if self.stream.horizon is not None and round_index >= self.stream.horizon:
-      raise FedmfUserError(
-        f"the strategy was built for n={self.stream.horizon} rounds and cannot "
-        f"produce noise for round {round_index}"
-      )
-
-  def _z(self, round_index: int):
-    t = tf.constant(round_index, tf.int64)
-    return lambda j: [x.numpy() for x in self._draw(self._seed, t, tf.constant(int(j), tf.int64))]
-
-  def _kernel_row_norm(self) -> float:
-    if self.stream.horizon is not None and self._kernel.round >= self.stream.horizon:
-      return float("nan")  # No such round: next() refuses it.
-    return self._kernel.row_norm()
-
-  def _compute(self) -> tuple[list[np.ndarray], float]:
-    noise = self._kernel.step(self._z(self._kernel.round))
-    return noise, self._kernel_row_norm()
-
-  def prefetch(self) -> None:
-    """Starts round t's noise in a background thread (when `overlap`; else does nothing)."""
-    if not self.overlap or self._pending is not None:
-      return
-    if self.stream.horizon is not None and self._round >= self.stream.horizon:
-      return  # next() raises.
-    if self._pool is None:
-      import concurrent.futures  # pylint: disable=g-import-not-at-top
-
-      self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fedmf-noise")
-    self._pending = self._pool.submit(self._compute)
-
-  def next(self) -> list[np.ndarray]:
-    self._check_horizon(self._round)
-    if self._pending is not None:
-      pending, self._pending = self._pending, None
-      noise, row_norm = pending.result()
-    else:
-      noise, row_norm = self._compute()
-    self._round += 1
-    self._row_norm = row_norm
-    return noise
-
-  def _settle(self) -> bool:
-    """Waits for a prefetch; True if its noise is computed and not yet taken by next()."""
-    if self._pending is None:
-      return False
-    self._pending.result()
-    return True
-
-  def state(self, copy: bool = True) -> list[np.ndarray]:
-    """The stream state as flat numpy arrays; copy=False returns views of the buffers (no extra
-    memory, for writing a big state to disk), valid until the next `next()`."""
-    if self._settle():
-      raise RuntimeError(
-        f"round {self._round}'s noise is prefetched: call next() before taking the state"
-      )
-    return tf.nest.flatten(self._kernel.state(copy))
-
-  def restore(self, flat: Sequence[np.ndarray]) -> None:
-    if self._settle():
-      self._pending = None  # Computed from the state being replaced: dropped.
-    template = self._kernel.state(copy=False)
-    leaves = tf.nest.flatten(template)
-    if len(flat) != len(leaves):
-      raise FedmfUserError(f"noise state has {len(flat)} arrays, the stream expects {len(leaves)}")
-    try:
-      self._kernel.restore(tf.nest.pack_sequence_as(template, list(flat)))
-    except ValueError as e:
-      raise FedmfUserError(str(e)) from None
-    self._round = self._kernel.round
-    self._row_norm = self._kernel_row_norm()
-
-  def close(self) -> None:
-    """Stops the background thread (after any prefetch finishes)."""
-    if self._pool is not None:
-      self._pool.shutdown(wait=True)
-      self._pool = None
-    self._pending = None
 
 
 @dataclasses.dataclass

@@ -6,6 +6,8 @@ start without them.
 
   build_dp_aggregator       the correlated-noise DP mean, a `tff.aggregators` factory.
   build_dp_fed_avg          FedAvg whose model update mean is that aggregator.
+  build_host_noise_fed_avg  FedAvg for your own loop with the noise kept on the host (faster: only
+                            the round's noise crosses TFF's context, not the stream's buffers).
   local_execution_context   an owned local C++ context (its `worker_binary` isolated in a network
                             namespace of its own) that stops its worker on exit.
   ensure_context            the same, installed as TFF's default for command-line programs.
@@ -17,6 +19,7 @@ _EXPORTS = {
   'CorrelatedNoiseFactory': 'fedmf.tff.aggregators',
   'build_dp_aggregator': 'fedmf.tff.aggregators',
   'build_dp_fed_avg': 'fedmf.tff.learning',
+  'build_host_noise_fed_avg': 'fedmf.tff.host_noise',
   'ensure_context': 'fedmf.tff.context',
   'local_execution_context': 'fedmf.tff.context',
 }

@@ -1,0 +1,298 @@
+"""Correlated noise on the host, for fedmf's round loop and for users' own TFF loops.
+
+One concept: the strategy's noise stream run in numpy next to TFF, not inside it. Moving the noise
+state through TFF's synchronous execution context every round (what a stateful `tff.aggregators`
+factory does) costs more than the noise arithmetic itself (docs/benchmarks.md §3: BLT-4 at 4M
+parameters made the factory 2.38× `gaussian_fixed`). `HostNoise` keeps the state in numpy and
+gives each round's noise; fedmf's own loop adds it on the host (`fedmf.program.server`).
+
+For users' own `tff.learning` FedAvg (their `model_fn` and optimizers),
+`build_host_noise_fed_avg` returns a `HostNoiseFedAvg`: a learning process whose aggregator takes
+the round's noise as its state, set on the host before each `next` call, so only this round's
+model-sized noise crosses the context (no buffers), and whose noise equals the factory's for the
+same seed. The factory (`build_dp_aggregator`) stays for deployments that need one pure TFF
+computation.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.types import type_conversions
+
+from fedmf.errors import FedmfUserError
+from fedmf.mf import streaming
+from fedmf.tff import aggregators as aggregators_lib
+from fedmf.tff import clipping
+from fedmf.tff import noise as noise_lib
+
+
+class HostNoise:
+  """A strategy's noise stream on the host: the aggregator's noise, with the state in numpy.
+
+  The stream runs as its `HostKernel` (`NoiseStream.host_kernel`: the stream's own definition in
+  numpy, with in-place kernels for the model-sized buffers of BLT, banded and tree streams), fed
+  by the aggregator's seeded draws (`fedmf.tff.noise.round_draws` under the aggregator's seed key),
+  so for the same seed it gives the `tff.aggregators` factory's noise bit for bit
+  (tests/program/test_host_noise.py). Only the standard normals are drawn with TF (Philox).
+
+  `next()` returns round t's unit-scale noise [C⁻¹ z]_t as float32 numpy arrays, one per model
+  tensor (new arrays, the caller's), and advances. `prefetch()` starts computing it in a
+  background thread (the noise does not depend on the data, so it can be computed while TFF trains
+  the clients); `next()` then waits for it. The noise is the same with or without prefetching.
+  `state()` / `restore()` give and take the stream state as flat numpy arrays.
+  """
+
+  def __init__(
+    self,
+    stream: streaming.NoiseStream,
+    shapes: Sequence[tuple[int, ...]],
+    seed: int,
+    dtype=tf.float32,
+    overlap: bool = False,
+  ):
+    self.stream = stream
+    self.specs = [tf.TensorSpec(s, dtype) for s in shapes]
+    self.overlap = overlap
+    # The aggregator's own seed key, so both give the same noise for the same seed.
+    self._seed = tf.constant(aggregators_lib._seed_pair(seed), tf.int64)  # pylint: disable=protected-access
+    self._kernel = stream.host_kernel(self.specs)
+    self._round = self._kernel.round
+    self._row_norm = self._kernel_row_norm()
+    self._pool = None
+    self._pending = None  # Future of (round's noise, next round's row norm), from prefetch().
+    specs = self.specs
+
+    @tf.function(autograph=False)
+    def draw(seed, round_index, j):
+      return noise_lib.round_draws(seed, round_index, specs)(j)
+
+    self._draw = draw
+
+  @property
+  def round(self) -> int:
+    """The round whose noise `next()` returns."""
+    return self._round
+
+  def row_norm(self) -> float:
+    """‖row_t of C⁻¹‖ of the next round (the noise std per unit of ζσ)."""
+    return self._row_norm
+
+  def _check_horizon(self, round_index: int) -> None:
+    if self.stream.horizon is not None and round_index >= self.stream.horizon:
+      raise FedmfUserError(
+        f"the strategy was built for n={self.stream.horizon} rounds and cannot "
+        f"produce noise for round {round_index}"
+      )
+
+  def _z(self, round_index: int):
+    t = tf.constant(round_index, tf.int64)
+    return lambda j: [x.numpy() for x in self._draw(self._seed, t, tf.constant(int(j), tf.int64))]
+
+  def _kernel_row_norm(self) -> float:
+    if self.stream.horizon is not None and self._kernel.round >= self.stream.horizon:
+      return float("nan")  # No such round: next() refuses it.
+    return self._kernel.row_norm()
+
+  def _compute(self) -> tuple[list[np.ndarray], float]:
+    noise = self._kernel.step(self._z(self._kernel.round))
+    return noise, self._kernel_row_norm()
+
+  def prefetch(self) -> None:
+    """Starts round t's noise in a background thread (when `overlap`; else does nothing)."""
+    if not self.overlap or self._pending is not None:
+      return
+    if self.stream.horizon is not None and self._round >= self.stream.horizon:
+      return  # next() raises.
+    if self._pool is None:
+      import concurrent.futures  # pylint: disable=g-import-not-at-top
+
+      self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fedmf-noise")
+    self._pending = self._pool.submit(self._compute)
+
+  def next(self) -> list[np.ndarray]:
+    self._check_horizon(self._round)
+    if self._pending is not None:
+      pending, self._pending = self._pending, None
+      noise, row_norm = pending.result()
+    else:
+      noise, row_norm = self._compute()
+    self._round += 1
+    self._row_norm = row_norm
+    return noise
+
+  def _settle(self) -> bool:
+    """Waits for a prefetch; True if its noise is computed and not yet taken by next()."""
+    if self._pending is None:
+      return False
+    self._pending.result()
+    return True
+
+  def state(self, copy: bool = True) -> list[np.ndarray]:
+    """The stream state as flat numpy arrays; copy=False returns views of the buffers (no extra
+    memory, for writing a big state to disk), valid until the next `next()`."""
+    if self._settle():
+      raise RuntimeError(
+        f"round {self._round}'s noise is prefetched: call next() before taking the state"
+      )
+    return tf.nest.flatten(self._kernel.state(copy))
+
+  def restore(self, flat: Sequence[np.ndarray]) -> None:
+    if self._settle():
+      self._pending = None  # Computed from the state being replaced: dropped.
+    template = self._kernel.state(copy=False)
+    leaves = tf.nest.flatten(template)
+    if len(flat) != len(leaves):
+      raise FedmfUserError(f"noise state has {len(flat)} arrays, the stream expects {len(leaves)}")
+    try:
+      self._kernel.restore(tf.nest.pack_sequence_as(template, list(flat)))
+    except ValueError as e:
+      raise FedmfUserError(str(e)) from None
+    self._round = self._kernel.round
+    self._row_norm = self._kernel_row_norm()
+
+  def close(self) -> None:
+    """Stops the background thread (after any prefetch finishes)."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=True)
+      self._pool = None
+    self._pending = None
+
+
+class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Clip, sum, add the noise held in the state, divide by clients_per_round.
+
+  The state is the round's unit-scale noise [C⁻¹ z]_t (one tensor per model tensor), put there by
+  the host (`HostNoiseFedAvg.next`); the arithmetic is the factory's, so for the same noise the
+  mean is the same bits: (Σ clipped + ζσ·z) × float32(1/B) (BandMF Alg. 1; BLT Alg. 1).
+  """
+
+  def __init__(self, *, noise_multiplier: float, clip_norm: float, clients_per_round: float):
+    self._clip = aggregators_lib._finite_number(clip_norm, "clip_norm", positive=True)  # pylint: disable=protected-access
+    sigma = aggregators_lib._finite_number(noise_multiplier, "noise_multiplier", positive=False)  # pylint: disable=protected-access
+    self._scale = self._clip * sigma
+    self._cpr = aggregators_lib._finite_number(
+      clients_per_round, "clients_per_round", positive=True
+    )  # pylint: disable=protected-access
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    if not tff.types.is_structure_of_floats(value_type):
+      raise TypeError(f"value_type must be a structure of floats, got {value_type}")
+    specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
+    specs = tf.nest.flatten(specs_struct)
+    clip, scale, cpr = self._clip, self._scale, self._cpr
+
+    @tff.tensorflow.computation
+    def init_tf():
+      return [tf.zeros(s.shape, s.dtype) for s in specs]
+
+    state_type = init_tf.type_signature.result
+
+    @tff.tensorflow.computation(value_type)
+    def clip_tf(value):
+      clipped, was_clipped, was_zeroed = clipping.clip_update(aggregators_lib._flatten(value), clip)  # pylint: disable=protected-access
+      return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
+
+    sum_type = clip_tf.type_signature.result[0]
+
+    @tff.tensorflow.computation(state_type, sum_type)
+    def noise_tf(noise, total):
+      flat = aggregators_lib._flatten(total)  # pylint: disable=protected-access
+      mean = [
+        (t + tf.cast(scale, t.dtype) * z) * tf.cast(1.0 / cpr, t.dtype)
+        for t, z in zip(flat, tf.nest.flatten(noise))
+      ]
+      return tf.nest.pack_sequence_as(specs_struct, mean)
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_eval(init_tf, tff.SERVER)
+
+    @tff.federated_computation(
+      tff.FederatedType(state_type, tff.SERVER), tff.FederatedType(value_type, tff.CLIENTS)
+    )
+    def next_fn(state, value):
+      clipped, was_clipped, was_zeroed = tff.federated_map(clip_tf, value)
+      total = tff.federated_sum(clipped)
+      mean = tff.federated_map(noise_tf, (state, total))
+      measurements = tff.federated_zip(
+        collections.OrderedDict(
+          clipped_count=tff.federated_sum(was_clipped),
+          zeroed_count=tff.federated_sum(was_zeroed),
+        )
+      )
+      return tff.templates.MeasuredProcessOutput(
+        state=state, result=mean, measurements=measurements
+      )
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+class HostNoiseFedAvg:
+  """A `tff.learning` FedAvg whose correlated noise stays on the host (see the module docstring).
+
+  Use it like the `LearningProcess` it wraps (`process`): `state = p.initialize()`, then
+  `output = p.next(state, client_data)` in your own loop; `output.state` goes into the next call.
+  It is a Python object, not a TFF computation: for `tff.learning.programs.train_model` or a
+  deployment that needs one computation, use `build_dp_fed_avg` (the stateful factory).
+  """
+
+  def __init__(self, process, noise: HostNoise, shapes: Sequence[tuple[int, ...]]):
+    self.process = process
+    self.noise = noise
+    self._shapes = [tuple(s) for s in shapes]
+
+  def initialize(self):
+    return self.process.initialize()
+
+  def next(self, state, client_data):
+    noise = self.noise.next()  # round t's unit-scale noise (prefetched during the last call)
+    state = state._replace(aggregator=noise)
+    output = self.process.next(state, client_data)
+    self.noise.prefetch()  # the next round's noise, computed while the caller does other work
+    return output
+
+  def close(self) -> None:
+    self.noise.close()
+
+
+def build_host_noise_fed_avg(
+  model_fn: Callable[[], Any],
+  strategy: Any,
+  *,
+  noise_multiplier: float,
+  clip_norm: float,
+  clients_per_round: int,
+  client_optimizer_fn: Any,
+  server_optimizer_fn: Any,
+  noise_seed: Optional[int] = None,
+  num_rounds: Optional[int] = None,
+  **fed_avg_kwargs: Any,
+) -> HostNoiseFedAvg:
+  """Unweighted FedAvg with `strategy`'s correlated noise kept on the host.
+
+  Same arguments as `build_dp_fed_avg` (the rest go to `build_unweighted_fed_avg`, e.g.
+  `loop_implementation`); for the same `noise_seed` the noise (and so the model) is the
+  factory's. `noise_seed` None draws one from OS randomness (never stored in TFF's state).
+  """
+  stream = noise_lib.make_noise_stream(strategy, num_rounds=num_rounds)  # as the factory does
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+    model_fn,
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    model_aggregator=HostNoiseFactory(
+      noise_multiplier=noise_multiplier, clip_norm=clip_norm, clients_per_round=clients_per_round
+    ),
+    **fed_avg_kwargs,
+  )
+  weights_type = process.initialize.type_signature.result.member.global_model_weights.trainable
+  shapes = [tuple(t.shape) for t in tff.structure.flatten(weights_type)]
+  seed = aggregators_lib.draw_noise_seed() if noise_seed is None else int(noise_seed)
+  noise = HostNoise(stream, shapes, seed, overlap=True)
+  noise.prefetch()
+  return HostNoiseFedAvg(process, noise, shapes)
