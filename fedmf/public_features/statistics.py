@@ -1,0 +1,112 @@
+"""Sufficient statistics A_j, b_j (Prop. 1, eq. (5)), their weights and their Gaussian noise.
+
+Weights (App. E.1, "Privacy Budget Allocation", from Krichene et al. 2023 eqs. (11)-(12)):
+w_i = w̄ n̂_{j_i}^{-1/4} / sqrt(Σ_{i'∈Ω_k} n̂_{j_i'}^{-1/2}), so Σ_{i∈Ω_k} w_i² = w̄² for every user k,
+where n̂ are DP item counts. With these weights one user changes A = [A_1|…|A_m] by at most w̄ Γ_u² and
+b by at most w̄ Γ_u Γ_y in Frobenius norm (proof of Thm. 2, App. B.2): `sensitivities`.
+The noise is added once (SSP2, Algorithm 3 lines 4-5): A_j + σ Γ_u² N^{d×d} (symmetric, upper triangle
+i.i.d.; releasing the upper triangle is post-processed into the symmetric matrix) and b_j + σ Γ_u Γ_y N^d.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Statistics:
+  a: np.ndarray  # (m, d, d)
+  b: np.ndarray  # (m, d)
+
+
+def count_contributions(
+  users: np.ndarray, items: np.ndarray, max_items_per_user: int, seed: int
+) -> np.ndarray:
+  """Indices of the ratings that enter the item counts: at most `max_items_per_user` per user (a
+  random subset, fixed by `seed`), so one user changes the count vector by ≤ √max_items_per_user."""
+  rng = np.random.default_rng([seed, 17])
+  order = rng.permutation(users.size)
+  order = order[np.argsort(users[order], kind="stable")]  # grouped by user, random within a user
+  sorted_users = users[order]
+  starts = np.searchsorted(sorted_users, sorted_users, side="left")
+  rank = np.arange(order.size) - starts
+  return np.sort(order[rank < max_items_per_user])
+
+
+def noisy_item_counts(
+  users: np.ndarray,
+  items: np.ndarray,
+  num_items: int,
+  max_items_per_user: int,
+  noise_multiplier: float,
+  seed: int,
+  noise_rng,
+) -> np.ndarray:
+  """DP item counts n̂_j ≥ 1: Gaussian mechanism with L2 sensitivity √max_items_per_user."""
+  kept = count_contributions(users, items, max_items_per_user, seed)
+  counts = np.bincount(items[kept], minlength=num_items).astype(np.float64)
+  std = noise_multiplier * np.sqrt(max_items_per_user)
+  return np.maximum(counts + std * noise_rng.standard_normal(num_items), 1.0)
+
+
+def example_weights(
+  users: np.ndarray, items: np.ndarray, counts: np.ndarray, num_users: int, wbar: float = 1.0
+) -> np.ndarray:
+  """w_i ∝ n̂_{j_i}^{-1/4}, normalized per user so Σ_{i∈Ω_k} w_i² = w̄² (App. E.1)."""
+  raw = np.asarray(counts, dtype=np.float64)[items] ** -0.25
+  per_user = np.bincount(users, weights=raw * raw, minlength=num_users)
+  return wbar * raw / np.sqrt(per_user[users])
+
+
+def sufficient_statistics(
+  user_vectors: np.ndarray,
+  labels: np.ndarray,
+  items: np.ndarray,
+  weights: np.ndarray,
+  num_items: int,
+) -> Statistics:
+  """A_j = Σ_{i∈Ω_j} w_i ū_i ū_iᵀ and b_j = Σ_{i∈Ω_j} w_i ȳ_i ū_i (Algorithm 3 lines 4-5, float64),
+  given per-example clipped user vectors ū_i (n, d) and clipped labels ȳ_i."""
+  u = np.asarray(user_vectors, dtype=np.float64)
+  w = np.asarray(weights, dtype=np.float64)
+  d = u.shape[1]
+  a = np.zeros((num_items, d, d))
+  np.add.at(a, items, w[:, None, None] * np.einsum("ni,nj->nij", u, u))
+  b = np.zeros((num_items, d))
+  np.add.at(b, items, (w * np.asarray(labels, dtype=np.float64))[:, None] * u)
+  return Statistics(a, b)
+
+
+def sensitivities(wbar: float, clip_user: float, clip_label: float) -> tuple[float, float]:
+  """User-level L2 sensitivities of A and b (App. B.2): w̄ Γ_u² and w̄ Γ_u Γ_y."""
+  return wbar * clip_user**2, wbar * clip_user * clip_label
+
+
+def sample_noise(num_items: int, dim: int, rng) -> Statistics:
+  """Standard noise: symmetric N^{d×d} (upper triangle i.i.d. N(0,1)) per item and N^d per item."""
+  upper = np.triu(rng.standard_normal((num_items, dim, dim)))
+  sym = upper + np.transpose(np.triu(upper, 1), (0, 2, 1))
+  return Statistics(sym, rng.standard_normal((num_items, dim)))
+
+
+def add_noise(
+  stats: Statistics,
+  noise: Statistics,
+  noise_multiplier: float,
+  wbar: float,
+  clip_user: float,
+  clip_label: float,
+) -> Statistics:
+  """Â = A + σ s_A N, b̂ = b + σ s_b N with σ the noise multiplier and s the sensitivities."""
+  s_a, s_b = sensitivities(wbar, clip_user, clip_label)
+  return Statistics(
+    stats.a + noise_multiplier * s_a * noise.a, stats.b + noise_multiplier * s_b * noise.b
+  )
+
+
+def psd_projection(a: np.ndarray) -> np.ndarray:
+  """Each noisy Â_j projected onto the PSD cone (post-processing) so the item loss stays convex."""
+  eigenvalues, vectors = np.linalg.eigh(a)
+  return np.einsum("mij,mj,mkj->mik", vectors, np.maximum(eigenvalues, 0.0), vectors)
