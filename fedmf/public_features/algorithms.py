@@ -10,16 +10,12 @@ sampled user's whole gradient instead (no counts needed).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from fedmf.public_features import accounting
-from fedmf.public_features import encoder
-from fedmf.public_features import evaluation
-from fedmf.public_features import item_updates
-from fedmf.public_features import statistics
+from fedmf.public_features import accounting, encoder, evaluation, item_updates, statistics
 from fedmf.public_features import users as users_lib
 from fedmf.public_features.data import Dataset, Ratings
 

@@ -34,7 +34,7 @@ class Ratings:
   def __len__(self) -> int:
     return int(self.users.size)
 
-  def subset(self, mask: np.ndarray) -> "Ratings":
+  def subset(self, mask: np.ndarray) -> Ratings:
     return Ratings(self.users[mask], self.items[mask], self.values[mask])
 
 

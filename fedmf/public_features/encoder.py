@@ -24,7 +24,7 @@ class EncoderParams:
   def flat(self) -> np.ndarray:
     return np.concatenate([e.ravel() for e in self.embeddings] + [self.dense.ravel(), self.bias])
 
-  def like(self, flat: np.ndarray) -> "EncoderParams":
+  def like(self, flat: np.ndarray) -> EncoderParams:
     """Parameters of the same shapes read from a flat vector (the inverse of `flat`)."""
     out, at = [], 0
     for e in (*self.embeddings, self.dense, self.bias):

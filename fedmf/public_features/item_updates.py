@@ -12,8 +12,7 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import optimize
-from scipy import sparse
+from scipy import optimize, sparse
 
 from fedmf.public_features import encoder
 from fedmf.public_features.data import ItemFeatures
