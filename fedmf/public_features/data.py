@@ -253,6 +253,7 @@ class SyntheticSpec:
   dim: int = 8
   num_years: int = 12
   num_genres: int = 16
+  num_people: int = 2000  # a wide multivalent feature (cast), as the paper's Wikidata persons
   zipf_exponent: float = 1.1  # item popularity ∝ rank^-s
   mean_ratings_per_user: float = 25.0
   item_residual: float = 0.3  # item-specific part of the true item vector, beyond its features
@@ -267,18 +268,27 @@ def synthetic_ratings(spec: SyntheticSpec, rng) -> tuple[Ratings, ItemFeatures]:
     sorted(rng.choice(spec.num_genres, size=rng.integers(1, 4), replace=False).tolist())
     for _ in range(spec.num_items)
   ]
+  people_lists = [
+    rng.choice(spec.num_people, size=rng.integers(3, 13), replace=False).tolist()
+    for _ in range(spec.num_items)
+  ]
   features = ItemFeatures(
-    ("year", "genres"),
+    ("year", "genres", "people"),
     (
       bags_from_tokens([[f"y{y}"] for y in years]),
       bags_from_tokens([[f"g{g}" for g in gs] for gs in genre_lists]),
+      bags_from_tokens([[f"p{q}" for q in qs] for qs in people_lists]),
     ),
   )
-  scale = 1.0 / np.sqrt(spec.dim)
+  scale = 1.0 / np.sqrt(3 * spec.dim)
   year_vectors = rng.normal(0.0, scale, (spec.num_years, spec.dim))
   genre_vectors = rng.normal(0.0, scale, (spec.num_genres, spec.dim))
+  people_vectors = rng.normal(0.0, scale, (spec.num_people, spec.dim))
   true_items = np.stack(
-    [year_vectors[y] + genre_vectors[gs].mean(axis=0) for y, gs in zip(years, genre_lists)]
+    [
+      year_vectors[y] + genre_vectors[gs].mean(axis=0) + people_vectors[qs].mean(axis=0)
+      for y, gs, qs in zip(years, genre_lists, people_lists)
+    ]
   )
   true_items += rng.normal(0.0, spec.item_residual * scale, true_items.shape)
   true_users = rng.normal(0.0, 1.0, (spec.num_users, spec.dim))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 from fedmf.public_features.data import ItemFeatures
 
@@ -66,19 +67,38 @@ def backward(
   return EncoderParams(grads, h.T @ grad_items, grad_items.sum(axis=0))
 
 
-def per_example_gradients(
-  features: ItemFeatures, params: EncoderParams, items: np.ndarray, grad_items: np.ndarray
-) -> np.ndarray:
-  """Flat per-example gradients (n, |θ|): row i is (∂v_{items[i]}/∂θ)ᵀ grad_items[i] (for DP-SGD)."""
-  h = hidden(features, params)[items]
+def per_user_gradients(
+  features: ItemFeatures,
+  params: EncoderParams,
+  owner: np.ndarray,
+  num_rows: int,
+  items: np.ndarray,
+  grad_items: np.ndarray,
+) -> sparse.csr_matrix:
+  """Flat per-user gradients (num_rows, |θ|), sparse: row r is Σ_{i: owner[i]=r}
+  (∂v_{items[i]}/∂θ)ᵀ grad_items[i] (for DP-SGD's per-user clipping). Only the embedding rows of
+  features active for the user's items are nonzero, so wide vocabularies stay cheap."""
+  n, d = len(items), params.dense.shape[1]
   grad_hidden = grad_items @ params.dense.T
-  d = params.dense.shape[1]
-  parts = []
+  rows, cols, vals = [], [], []
+  offset = 0
   for c, b in enumerate(features.bags):
-    x = b[items].toarray()  # (n, vocabulary)
-    parts.append(
-      np.einsum("nv,nd->nvd", x, grad_hidden[:, c * d : (c + 1) * d]).reshape(len(items), -1)
-    )
-  parts.append(np.einsum("nh,nd->nhd", h, grad_items).reshape(len(items), -1))
-  parts.append(grad_items)
-  return np.concatenate(parts, axis=1)
+    x = b[items].tocoo()  # (n, vocabulary), the active features of each example's item
+    rows.append(np.repeat(owner[x.row], d))
+    cols.append((offset + x.col[:, None] * d + np.arange(d)).ravel())
+    vals.append((x.data[:, None] * grad_hidden[x.row, c * d : (c + 1) * d]).ravel())
+    offset += b.shape[1] * d
+  h = hidden(features, params)[items]
+  width = h.shape[1]
+  rows.append(np.repeat(owner, width * d))
+  cols.append(np.tile(offset + np.arange(width * d), n))
+  vals.append(np.einsum("nh,nd->nhd", h, grad_items).ravel())
+  offset += width * d
+  rows.append(np.repeat(owner, d))
+  cols.append(np.tile(offset + np.arange(d), n))
+  vals.append(grad_items.ravel())
+  offset += d
+  out = sparse.coo_matrix(
+    (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(num_rows, offset)
+  )
+  return out.tocsr()  # duplicates (several examples of one user) are summed

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import optimize, sparse
+from scipy import optimize
 
 from fedmf.public_features import encoder
 from fedmf.public_features.data import ItemFeatures
@@ -81,15 +81,14 @@ def dpsgd_item_update(
       v = encoder.forward(features, p)
       u = user_vectors[users[rows]]
       residual = np.einsum("nd,nd->n", u, v[items[rows]]) - labels[rows]
-      per_example = encoder.per_example_gradients(features, p, items[rows], residual[:, None] * u)
-      # Per-user sums (one row per sampled user), then clipping to Γ_g (user-level sensitivity).
+      # Per-user gradients (one row per sampled user), clipped to Γ_g (user-level sensitivity).
       owner = np.searchsorted(chosen, users[rows])
-      summing = sparse.csr_matrix(
-        (np.ones(rows.size), (owner, np.arange(rows.size))), shape=(chosen.size, rows.size)
+      per_user = encoder.per_user_gradients(
+        features, p, owner, chosen.size, items[rows], residual[:, None] * u
       )
-      per_user = summing @ per_example
-      norms = np.linalg.norm(per_user, axis=1, keepdims=True)
-      total = (per_user * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))).sum(axis=0)
+      norms = np.sqrt(np.asarray(per_user.multiply(per_user).sum(axis=1)).ravel())
+      scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
+      total = per_user.T @ scale
     total += noise_multiplier * clip_norm * rng.standard_normal(flat.size)
     flat = flat - learning_rate * (total / expected_batch + reg_params * flat)
   return params.like(flat)
