@@ -26,15 +26,18 @@ ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als")
 class Hyperparameters:
   dim: int = 8
   outer_steps: int = 3  # S of Algorithm 1
-  item_steps: int = 100  # T: L-BFGS iterations (SSP) or DP-SGD steps per outer step
+  item_steps: int = 50  # T: L-BFGS iterations (SSP) or DP-SGD steps per outer step
   reg_user: float = 1.0  # λ_u of the UserUpdate
-  reg_item: float = 1.0  # λ_v on the item embeddings
+  reg_item: float = 10.0  # λ_v on the item embeddings
+  # λ_v grows with the noise: + reg_noise · σ · w̄ Γ_u² (a public quantity, as DP-ALS's noise-aware
+  # regularization, Chien et al. 2021), so noisier statistics are shrunk more.
+  reg_noise: float = 1.0
   reg_params: float = 1e-3  # λ_θ on the encoder parameters
-  clip_user: float = 2.0  # Γ_u
-  clip_label: float = 3.0  # Γ_y (on labels minus the rating offset)
+  clip_user: float = 1.0  # Γ_u
+  clip_label: float = 2.0  # Γ_y (on labels minus the rating offset)
   count_fraction: float = 0.1  # share of ρ spent on the item counts
   max_items_per_user: int = 50  # contributions of one user to the counts
-  dpsgd_sampling: float = 0.1  # q: users sampled per DP-SGD step
+  dpsgd_sampling: float = 0.02  # q: users sampled per DP-SGD step
   dpsgd_clip: float = 5.0  # Γ_g: per-user gradient clip
   dpsgd_learning_rate: float = 0.5
   init_scale: float = 0.3
@@ -196,13 +199,14 @@ def train(
       if keep_released:
         released.append(stats)
       stats = statistics.Statistics(statistics.psd_projection(stats.a), stats.b)
+      reg = hyper.reg_item + hyper.reg_noise * budget.stats_noise_multiplier * hyper.clip_user**2
       if algorithm == "am-ssp":
         params = item_updates.ssp_item_update(
-          dataset.features, params, stats, hyper.reg_item, hyper.reg_params, hyper.item_steps
+          dataset.features, params, stats, reg, hyper.reg_params, hyper.item_steps
         )
         item_vectors = encoder.forward(dataset.features, params)
       else:
-        item_vectors = item_updates.als_item_update(stats, hyper.reg_item)
+        item_vectors = item_updates.als_item_update(stats, reg)
     elapsed += time.perf_counter() - start  # training time only, evaluation excluded
     user_vectors = users_lib.user_update(
       item_vectors, tr.users, tr.items, labels, n, hyper.reg_user

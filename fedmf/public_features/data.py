@@ -223,7 +223,7 @@ def heldout_user_split(
   if not heldout_users.any() or heldout_users.all():
     raise DataError("the held-out user split is empty; use more users or change heldout_users")
   counts = np.bincount(ratings.items, minlength=features.num_items)
-  keep = max(1, int(round(top_item_fraction * features.num_items)))
+  keep = max(1, round(top_item_fraction * features.num_items))
   top_items = np.zeros(features.num_items, dtype=bool)
   top_items[np.argsort(-counts, kind="stable")[:keep]] = True
   in_heldout = heldout_users[ratings.users]
