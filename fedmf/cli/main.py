@@ -32,7 +32,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
   "fedmf.cli.audit",
   "fedmf.cli.simulate",
   "fedmf.cli.train",
-  "fedmf.public_features.cli",  # argparse only; the work is imported when the command runs
+  "fedmf.cli.public_features",
 )
 
 
