@@ -31,8 +31,8 @@ class Hyperparameters:
   reg_item: float = 10.0  # λ_v on the item embeddings
   # λ_v grows with the noise: + reg_noise · σ · w̄ Γ_u² (a public quantity, as DP-ALS's noise-aware
   # regularization, Chien et al. 2021), so noisier statistics are shrunk more.
-  reg_noise: float = 1.0
-  reg_params: float = 1e-3  # λ_θ on the encoder parameters
+  reg_noise: float = 3.0
+  reg_params: float = 10.0  # λ_θ on the encoder parameters (shares the signal across items)
   clip_user: float = 1.0  # Γ_u
   clip_label: float = 2.0  # Γ_y (on labels minus the rating offset)
   count_fraction: float = 0.1  # share of ρ spent on the item counts

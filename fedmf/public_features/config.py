@@ -43,8 +43,8 @@ class PublicFeaturesConfig:
   item_steps: int = 50
   reg_user: float = 1.0
   reg_item: float = 10.0
-  reg_noise: float = 1.0
-  reg_params: float = 1e-3
+  reg_noise: float = 3.0
+  reg_params: float = 10.0
   clip_user: float = 1.0
   clip_label: float = 2.0
   count_fraction: float = 0.1
