@@ -40,6 +40,7 @@ class Hyperparameters:
   dpsgd_sampling: float = 0.02  # q: users sampled per DP-SGD step
   dpsgd_clip: float = 5.0  # Γ_g: per-user gradient clip
   dpsgd_learning_rate: float = 0.5
+  dpsgd_weight_decay: float = 1e-3  # λ_θ of DP-SGD (per step, on the mean gradient)
   init_scale: float = 0.3
 
 
@@ -208,6 +209,11 @@ def train(
       else:
         item_vectors = item_updates.als_item_update(stats, reg)
     elapsed += time.perf_counter() - start  # training time only, evaluation excluded
+    if not np.all(np.isfinite(item_vectors)):
+      raise FloatingPointError(
+        f"{algorithm} diverged at outer step {step} (non-finite item embeddings); lower the "
+        "learning rate or raise the regularization"
+      )
     user_vectors = users_lib.user_update(
       item_vectors, tr.users, tr.items, labels, n, hyper.reg_user
     )

@@ -52,6 +52,7 @@ class PublicFeaturesConfig:
   dpsgd_sampling: float = 0.02
   dpsgd_clip: float = 5.0
   dpsgd_learning_rate: float = 0.5
+  dpsgd_weight_decay: float = 1e-3
 
   def validate(self) -> "PublicFeaturesConfig":
     if self.data not in DATA:
@@ -87,7 +88,7 @@ class PublicFeaturesConfig:
     ):
       if not (math.isfinite(getattr(self, key)) and getattr(self, key) > 0):
         raise ConfigError(f"{key} must be a finite number > 0, got {getattr(self, key)!r}")
-    for key in ("reg_noise", "reg_params"):
+    for key in ("reg_noise", "reg_params", "dpsgd_weight_decay"):
       if not (math.isfinite(getattr(self, key)) and getattr(self, key) >= 0):
         raise ConfigError(f"{key} must be a finite number >= 0, got {getattr(self, key)!r}")
     if self.data != "synthetic" and not self.data_dir:
