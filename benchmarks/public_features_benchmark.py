@@ -46,14 +46,18 @@ def main(argv=None) -> int:
     hyper = driver.hyperparameters(cfg)
     for algorithm in args.algorithms.split(","):
       for eps in epsilons:
-        result = algorithms.train(dataset, algorithm, eps, cfg.delta, seed, hyper)
+        try:
+          result = algorithms.train(dataset, algorithm, eps, cfg.delta, seed, hyper)
+          last, seconds = result.metrics[-1], result.train_seconds
+        except FloatingPointError:  # a diverged run is reported as NaN, not as a crash
+          last, seconds = {"test_rmse": float("nan"), "test_recall_at_20": float("nan")}, 0.0
         row = {
           "algorithm": algorithm,
           "epsilon": eps,
           "seed": seed,
-          "test_rmse": result.metrics[-1]["test_rmse"],
-          "test_recall_at_20": result.metrics[-1]["test_recall_at_20"],
-          "train_seconds": result.train_seconds,
+          "test_rmse": last["test_rmse"],
+          "test_recall_at_20": last["test_recall_at_20"],
+          "train_seconds": seconds,
         }
         rows.append(row)
         print(

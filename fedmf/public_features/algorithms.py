@@ -101,6 +101,15 @@ class TrainResult:
   released: list = field(default_factory=list)  # SSP/DP-ALS: the noisy statistics per step
 
 
+def _user_update_or_diverged(*args):
+  try:
+    return users_lib.user_update(*args)
+  except np.linalg.LinAlgError:
+    raise FloatingPointError(
+      "training diverged (singular UserUpdate); lower the learning rate or raise the regularization"
+    ) from None
+
+
 def evaluate(dataset: Dataset, item_vectors: np.ndarray, user_vectors: np.ndarray) -> dict:
   """test_rmse (rating protocols) and/or test_recall_at_20 (held-out users, and synthetic data)."""
   off = dataset.rating_offset
@@ -174,7 +183,7 @@ def train(
     )
   for step in range(1, hyper.outer_steps + 1):
     if algorithm == "am-dpsgd":
-      u = users_lib.user_update(item_vectors, tr.users, tr.items, labels, n, hyper.reg_user)
+      u = _user_update_or_diverged(item_vectors, tr.users, tr.items, labels, n, hyper.reg_user)
       params = item_updates.dpsgd_item_update(
         dataset.features,
         params,
@@ -188,7 +197,7 @@ def train(
         clip_norm=hyper.dpsgd_clip,
         noise_multiplier=budget.noise_multiplier,
         learning_rate=hyper.dpsgd_learning_rate,
-        reg_params=hyper.reg_params,
+        reg_params=hyper.dpsgd_weight_decay,
         rng=noise_rng,
       )
       item_vectors = encoder.forward(dataset.features, params)
@@ -209,12 +218,12 @@ def train(
       else:
         item_vectors = item_updates.als_item_update(stats, reg)
     elapsed += time.perf_counter() - start  # training time only, evaluation excluded
-    if not np.all(np.isfinite(item_vectors)):
+    if not np.all(np.isfinite(item_vectors)) or np.abs(item_vectors).max() > 1e100:
       raise FloatingPointError(
         f"{algorithm} diverged at outer step {step} (non-finite item embeddings); lower the "
         "learning rate or raise the regularization"
       )
-    user_vectors = users_lib.user_update(
+    user_vectors = _user_update_or_diverged(
       item_vectors, tr.users, tr.items, labels, n, hyper.reg_user
     )
     row = {"step": step, "seconds": elapsed, **evaluate(dataset, item_vectors, user_vectors)}
