@@ -94,3 +94,33 @@ def test_bad_budgets_are_user_errors():
     accounting.calibrate_ssp(0.0, 1e-5, 2)
   with pytest.raises(ValueError, match="count_fraction"):
     accounting.calibrate_ssp(1.0, 1e-5, 2, count_fraction=1.0)
+
+
+@pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "am-dpsgd"])
+def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
+  """Recompute ε from the noise multipliers a training run actually used (counts included)."""
+  from fedmf.public_features import algorithms
+  from fedmf.public_features import data
+
+  rng = np.random.default_rng(0)
+  spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)
+  ratings, features = data.synthetic_ratings(spec, rng)
+  dataset = data.random_split("synthetic", ratings, features, 200, 0.2, rng, 0.0)
+  hyper = algorithms.Hyperparameters(dim=3, outer_steps=2, item_steps=5, dpsgd_sampling=0.1)
+  result = algorithms.train(dataset, algorithm, 3.0, 1e-5, 0, hyper)
+  p = result.privacy
+  if algorithm == "am-dpsgd":
+    assert p["steps"] == 10 and p["sampling_probability"] == 0.1
+    rdp = dp_accounting.rdp.RdpAccountant()
+    rdp.compose(
+      dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(
+          0.1, dp_accounting.GaussianDpEvent(p["noise_multiplier"])
+        ),
+        p["steps"],
+      )
+    )
+    assert rdp.get_epsilon(1e-5) <= 3.0 * (1 + 1e-3)
+  else:
+    mu = math.sqrt(p["count_noise_multiplier"] ** -2 + 4 * p["stats_noise_multiplier"] ** -2)
+    assert base_accounting.gaussian_epsilon(mu, 1e-5) <= 3.0 * (1 + 1e-9)
