@@ -70,10 +70,12 @@ def central_statistics(
   u = users_lib.user_update(
     item_vectors, train.users, train.items, labels, num_users, hyper.reg_user
   )
-  u_bar = users_lib.clip_rows(u, hyper.clip_user)[train.users]
+  u_bar = users_lib.clip_rows(u, hyper.clip_user)
   y_bar = np.clip(labels, -hyper.clip_label, hyper.clip_label)
   weights = statistics.example_weights(train.users, train.items, counts, num_users)
-  exact = statistics.sufficient_statistics(u_bar, y_bar, train.items, weights, len(counts))
+  exact = statistics.sufficient_statistics(
+    u_bar, train.users, y_bar, train.items, weights, len(counts)
+  )
   return statistics.add_noise(
     exact, noise, noise_multiplier, 1.0, hyper.clip_user, hyper.clip_label
   )

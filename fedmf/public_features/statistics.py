@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 
 @dataclass(frozen=True)
@@ -62,21 +63,24 @@ def example_weights(
 
 def sufficient_statistics(
   user_vectors: np.ndarray,
+  users: np.ndarray,
   labels: np.ndarray,
   items: np.ndarray,
   weights: np.ndarray,
   num_items: int,
 ) -> Statistics:
-  """A_j = Σ_{i∈Ω_j} w_i ū_i ū_iᵀ and b_j = Σ_{i∈Ω_j} w_i ȳ_i ū_i (Algorithm 3 lines 4-5, float64),
-  given per-example clipped user vectors ū_i (n, d) and clipped labels ȳ_i."""
+  """A_j = Σ_{i∈Ω_j} w_i ū_{k_i} ū_{k_i}ᵀ and b_j = Σ_{i∈Ω_j} w_i ȳ_i ū_{k_i} (Algorithm 3 lines 4-5,
+  float64), given per-user clipped embeddings ū (num_users, d) and clipped labels ȳ_i. The outer
+  products are formed once per user and combined by a sparse (items x users) weight matrix."""
   u = np.asarray(user_vectors, dtype=np.float64)
+  n, d = u.shape
   w = np.asarray(weights, dtype=np.float64)
-  d = u.shape[1]
-  a = np.zeros((num_items, d, d))
-  np.add.at(a, items, w[:, None, None] * np.einsum("ni,nj->nij", u, u))
-  b = np.zeros((num_items, d))
-  np.add.at(b, items, (w * np.asarray(labels, dtype=np.float64))[:, None] * u)
-  return Statistics(a, b)
+  by_item = sparse.csr_matrix((w, (items, users)), shape=(num_items, n))
+  a = np.asarray(by_item @ np.einsum("ki,kj->kij", u, u).reshape(n, d * d)).reshape(-1, d, d)
+  weighted_labels = sparse.csr_matrix(
+    (w * np.asarray(labels, dtype=np.float64), (items, users)), shape=(num_items, n)
+  )
+  return Statistics(a, np.asarray(weighted_labels @ u))
 
 
 def sensitivities(wbar: float, clip_user: float, clip_label: float) -> tuple[float, float]:

@@ -8,6 +8,7 @@ model of DP-ALS, Chien et al. 2021) and cost no privacy.
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 
 
 def user_update(
@@ -18,14 +19,17 @@ def user_update(
   num_users: int,
   reg: float,
 ) -> np.ndarray:
-  """(num_users, d) float64 user embeddings; a user without ratings gets 0."""
-  v = np.asarray(item_vectors, dtype=np.float64)[items]
-  d = v.shape[1]
-  gram = np.zeros((num_users, d, d))
-  np.add.at(gram, users, np.einsum("ni,nj->nij", v, v))
-  rhs = np.zeros((num_users, d))
-  np.add.at(rhs, users, np.asarray(labels, dtype=np.float64)[:, None] * v)
-  gram += reg * np.eye(d)
+  """(num_users, d) float64 user embeddings; a user without ratings gets 0. The outer products are
+  formed once per item and combined by a sparse (users x items) matrix."""
+  v = np.asarray(item_vectors, dtype=np.float64)
+  m, d = v.shape
+  counts = sparse.csr_matrix((np.ones(users.size), (users, items)), shape=(num_users, m))
+  gram = np.asarray(counts @ np.einsum("ji,jk->jik", v, v).reshape(m, d * d))
+  gram = gram.reshape(num_users, d, d) + reg * np.eye(d)
+  by_label = sparse.csr_matrix(
+    (np.asarray(labels, dtype=np.float64), (users, items)), shape=(num_users, m)
+  )
+  rhs = np.asarray(by_label @ v)
   return np.linalg.solve(gram, rhs[..., None])[..., 0]
 
 

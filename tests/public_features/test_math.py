@@ -43,12 +43,15 @@ def test_weights_have_unit_squared_sum_per_user_and_favor_rare_items():
 def test_statistics_match_brute_force_sums():
   rng = np.random.default_rng(2)
   u_idx, i_idx, y = _random_ratings(rng)
-  u = rng.normal(size=(30, 4))
+  u = rng.normal(size=(7, 4))  # one embedding per user
   w = rng.uniform(size=30)
-  stats = statistics.sufficient_statistics(u, y, i_idx, w, 5)
+  stats = statistics.sufficient_statistics(u, u_idx, y, i_idx, w, 5)
   for j in range(5):
-    a = sum((w[i] * np.outer(u[i], u[i]) for i in range(30) if i_idx[i] == j), np.zeros((4, 4)))
-    b = sum((w[i] * y[i] * u[i] for i in range(30) if i_idx[i] == j), np.zeros(4))
+    a, b = np.zeros((4, 4)), np.zeros(4)
+    for i in range(30):
+      if i_idx[i] == j:
+        a += w[i] * np.outer(u[u_idx[i]], u[u_idx[i]])
+        b += w[i] * y[i] * u[u_idx[i]]
     np.testing.assert_allclose(stats.a[j], a, atol=1e-12)
     np.testing.assert_allclose(stats.b[j], b, atol=1e-12)
 
@@ -63,8 +66,9 @@ def test_one_users_whole_data_moves_the_statistics_by_at_most_the_accounted_sens
 
   def stats_of(u_idx, i_idx, y, u):
     w = statistics.example_weights(u_idx, i_idx, counts, num_users)
-    u_bar = users.clip_rows(u, clip_u)[u_idx]
-    return statistics.sufficient_statistics(u_bar, np.clip(y, -clip_y, clip_y), i_idx, w, num_items)
+    u_bar = users.clip_rows(u, clip_u)
+    y_bar = np.clip(y, -clip_y, clip_y)
+    return statistics.sufficient_statistics(u_bar, u_idx, y_bar, i_idx, w, num_items)
 
   u_idx, i_idx, y = _random_ratings(rng, num_users, num_items, 20)
   u = rng.normal(0, 3, size=(num_users, d))
