@@ -34,13 +34,17 @@ def add_parser(subparsers) -> None:
   parser.add_argument("--data-dir", metavar="DIR", help="MovieLens directory (ratings and movies)")
   parser.add_argument("--out", metavar="DIR", required=True, help="output directory")
   parser.set_defaults(func=run)
+  return parser
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, before_tff=None) -> int:
+  """Runs the command; `before_tff()` is called before a federated run imports TensorFlow."""
   from fedmf.public_features import config  # pylint: disable=g-import-not-at-top
   from fedmf.public_features import driver  # pylint: disable=g-import-not-at-top
 
   cfg = config.load(args.config, args.overrides, args.data_dir)
+  if cfg.federated and before_tff is not None:
+    before_tff()
   summary = driver.run(cfg, args.out, lambda line: print(line, file=sys.stderr, flush=True))
   shown = {k: v for k, v in summary.items() if k != "privacy"}
   print(json.dumps(shown, indent=2))

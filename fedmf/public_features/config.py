@@ -91,6 +91,8 @@ class PublicFeaturesConfig:
     for key in ("reg_noise", "reg_params", "dpsgd_weight_decay"):
       if not (math.isfinite(getattr(self, key)) and getattr(self, key) >= 0):
         raise ConfigError(f"{key} must be a finite number >= 0, got {getattr(self, key)!r}")
+    if self.federated and self.algorithm == "am-dpsgd":
+      raise ConfigError("federated runs am-ssp or dp-als (Algorithm 8 releases statistics)")
     if self.data != "synthetic" and not self.data_dir:
       raise ConfigError(f"data {self.data} needs a data directory (--data-dir or data_dir)")
     return self

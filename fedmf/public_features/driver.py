@@ -79,8 +79,6 @@ def run(
   )
   releaser = algorithms.CENTRAL
   if cfg.federated:
-    if cfg.algorithm == "am-dpsgd":
-      raise data.DataError("federated runs AM-SSP or DP-ALS (Algorithm 8 releases statistics)")
     from fedmf.public_features import federated  # pylint: disable=g-import-not-at-top
 
     releaser = federated.releaser()

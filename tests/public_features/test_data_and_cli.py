@@ -189,6 +189,7 @@ def test_synthetic_summary_has_the_contract_keys(tmp_path, capsys):
     (["--set", "algorithm=sgd"], "algorithm must be one of"),
     (["--set", "data=movielens-10m"], "needs a data directory"),
     (["--set", "dim=two"], "dim must be an integer"),
+    (["--set", "federated=true", "--set", "algorithm=am-dpsgd"], "federated runs am-ssp or dp-als"),
   ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
