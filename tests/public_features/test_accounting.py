@@ -99,8 +99,7 @@ def test_bad_budgets_are_user_errors():
 @pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "am-dpsgd"])
 def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
   """Recompute ε from the noise multipliers a training run actually used (counts included)."""
-  from fedmf.public_features import algorithms
-  from fedmf.public_features import data
+  from fedmf.public_features import algorithms, data
 
   rng = np.random.default_rng(0)
   spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)

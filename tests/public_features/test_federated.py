@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from fedmf.public_features import algorithms
-from fedmf.public_features import data
+from fedmf.public_features import algorithms, data
 
 federated = pytest.importorskip("fedmf.public_features.federated")
 
