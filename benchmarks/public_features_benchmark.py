@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedmf.public_features import algorithms, driver
+from fedmf.public_features import algorithms
+from fedmf.public_features import driver
 from fedmf.public_features.config import PublicFeaturesConfig
 
 ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als")

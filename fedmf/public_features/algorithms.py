@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedmf.public_features import accounting, encoder, evaluation, item_updates, statistics
+from fedmf.public_features import accounting
+from fedmf.public_features import encoder
+from fedmf.public_features import evaluation
+from fedmf.public_features import item_updates
+from fedmf.public_features import statistics
 from fedmf.public_features import users as users_lib
-from fedmf.public_features.data import Dataset, Ratings
+from fedmf.public_features.data import Dataset
+from fedmf.public_features.data import Ratings
 
 ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als")
 

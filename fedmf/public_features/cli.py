@@ -39,10 +39,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace, before_tff=None) -> int:
   """Runs the command; `before_tff()` is called before a federated run imports TensorFlow."""
-  from fedmf.public_features import (
-    config,  # pylint: disable=g-import-not-at-top
-    driver,  # pylint: disable=g-import-not-at-top
-  )
+  from fedmf.public_features import config  # pylint: disable=g-import-not-at-top
+  from fedmf.public_features import driver  # pylint: disable=g-import-not-at-top
 
   cfg = config.load(args.config, args.overrides, args.data_dir)
   if cfg.federated and before_tff is not None:

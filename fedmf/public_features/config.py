@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from fedmf.errors import FedmfUserError
 
@@ -55,7 +54,7 @@ class PublicFeaturesConfig:
   dpsgd_learning_rate: float = 0.5
   dpsgd_weight_decay: float = 1e-3
 
-  def validate(self) -> PublicFeaturesConfig:
+  def validate(self) -> "PublicFeaturesConfig":
     if self.data not in DATA:
       raise ConfigError(f"data must be one of {', '.join(DATA)}; got {self.data!r}")
     if self.algorithm not in ALGORITHMS:

@@ -11,12 +11,14 @@ import io
 import json
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from fedmf.public_features import accounting, algorithms, data
+from fedmf.public_features import accounting
+from fedmf.public_features import algorithms
+from fedmf.public_features import data
 from fedmf.public_features.config import PublicFeaturesConfig
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from fedmf.privacy import accounting as base_accounting
-from fedmf.public_features import accounting, statistics
+from fedmf.public_features import accounting
+from fedmf.public_features import statistics
 
 
 @pytest.mark.parametrize("epsilon,outer_steps", [(1.0, 1), (5.0, 3)])
@@ -99,7 +100,8 @@ def test_bad_budgets_are_user_errors():
 @pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "am-dpsgd"])
 def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
   """Recompute ε from the noise multipliers a training run actually used (counts included)."""
-  from fedmf.public_features import algorithms, data
+  from fedmf.public_features import algorithms
+  from fedmf.public_features import data
 
   rng = np.random.default_rng(0)
   spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)

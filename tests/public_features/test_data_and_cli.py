@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fedmf.cli import main as cli_main
-from fedmf.public_features import data, evaluation
+from fedmf.public_features import data
+from fedmf.public_features import evaluation
 
 MOVIES_DAT = """1::Toy Story (1995)::Adventure|Animation|Children
 2::Jumanji (1995)::Adventure|Children|Fantasy
@@ -126,7 +127,7 @@ def _run(argv, capsys):
 def test_movielens_runs_end_to_end(tmp_path, capsys, fmt):
   writer = write_ml10m if fmt == "movielens-10m" else write_ml20m
   directory = writer(tmp_path / "data", np.random.default_rng(2))
-  code, _, err = _run(
+  code, out, err = _run(
     [
       "public-features",
       "--set",
@@ -192,7 +193,7 @@ def test_synthetic_summary_has_the_contract_keys(tmp_path, capsys):
   ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
-  code, _, err = _run(["public-features", *args, "--out", str(tmp_path / "o")], capsys)
+  code, out, err = _run(["public-features", *args, "--out", str(tmp_path / "o")], capsys)
   assert code == 2
   assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
   assert not (tmp_path / "o" / "summary.json").exists()

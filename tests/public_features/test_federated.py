@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedmf.public_features import algorithms, data
+from fedmf.public_features import algorithms
+from fedmf.public_features import data
 
 federated = pytest.importorskip("fedmf.public_features.federated")
 

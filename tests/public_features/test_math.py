@@ -3,8 +3,11 @@
 import numpy as np
 import pytest
 
-from fedmf.public_features import encoder, statistics, users
-from fedmf.public_features.data import SyntheticSpec, synthetic_ratings
+from fedmf.public_features import encoder
+from fedmf.public_features import statistics
+from fedmf.public_features import users
+from fedmf.public_features.data import SyntheticSpec
+from fedmf.public_features.data import synthetic_ratings
 
 
 def _random_ratings(rng, num_users=7, num_items=5, count=30):

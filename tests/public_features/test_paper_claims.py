@@ -6,7 +6,8 @@ holds at ε = 5 and 20 but not at ε = 1, and DP-SGD runs take tens of seconds.)
 
 import numpy as np
 
-from fedmf.public_features import algorithms, driver
+from fedmf.public_features import algorithms
+from fedmf.public_features import driver
 from fedmf.public_features.config import PublicFeaturesConfig
 
 
