@@ -22,17 +22,34 @@ class Statistics:
   b: np.ndarray  # (m, d)
 
 
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+  """A fixed pseudo-random 64-bit mix (SplitMix64's finalizer), elementwise, wrapping."""
+  with np.errstate(over="ignore"):
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 def count_contributions(
   users: np.ndarray, items: np.ndarray, max_items_per_user: int, seed: int
 ) -> np.ndarray:
-  """Indices of the ratings that enter the item counts: at most `max_items_per_user` per user (a
-  random subset, fixed by `seed`), so one user changes the count vector by ≤ √max_items_per_user."""
-  rng = np.random.default_rng([seed, 17])
-  order = rng.permutation(users.size)
-  order = order[np.argsort(users[order], kind="stable")]  # grouped by user, random within a user
+  """Indices of the ratings that enter the item counts: at most `max_items_per_user` distinct items
+  per user, a pseudo-random subset keyed by (seed, user, item) only, so one user's choice does not
+  depend on anyone else's data and one user changes the count vector by ≤ √max_items_per_user."""
+  users = np.asarray(users, dtype=np.int64)
+  items = np.asarray(items, dtype=np.int64)
+  key = _splitmix64(
+    _splitmix64(np.full(users.size, seed, dtype=np.uint64) ^ users.astype(np.uint64))
+    ^ items.astype(np.uint64)
+  )
+  order = np.lexsort((key, items, users))  # by user, then item (to drop repeats), then key
+  distinct = np.ones(order.size, dtype=bool)
+  distinct[1:] = (users[order][1:] != users[order][:-1]) | (items[order][1:] != items[order][:-1])
+  order = order[distinct]
+  order = order[np.lexsort((key[order], users[order]))]  # by user, random within a user
   sorted_users = users[order]
-  starts = np.searchsorted(sorted_users, sorted_users, side="left")
-  rank = np.arange(order.size) - starts
+  rank = np.arange(order.size) - np.searchsorted(sorted_users, sorted_users, side="left")
   return np.sort(order[rank < max_items_per_user])
 
 

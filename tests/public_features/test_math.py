@@ -141,3 +141,20 @@ def test_per_user_gradients_sum_to_the_full_backward_pass():
     np.testing.assert_allclose(
       per_user[r], encoder.backward(features, params, grad_items).flat(), atol=1e-12
     )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_removing_a_user_moves_the_capped_counts_by_at_most_root_cap(seed):
+  rng = np.random.default_rng(seed)
+  u_idx = rng.integers(0, 6, size=60)
+  i_idx = rng.integers(0, 10, size=60)
+  cap = int(rng.integers(1, 6))
+
+  def counts(users, items):
+    kept = statistics.count_contributions(users, items, cap, seed=3)
+    return np.bincount(items[kept], minlength=10)
+
+  before = counts(u_idx, i_idx)
+  k = int(rng.integers(6))
+  after = counts(u_idx[u_idx != k], i_idx[u_idx != k])
+  assert np.linalg.norm(before - after) <= np.sqrt(cap) * (1 + 1e-12)
