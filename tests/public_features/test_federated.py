@@ -9,7 +9,6 @@ from fedmf.public_features import data
 federated = pytest.importorskip("fedmf.public_features.federated")
 
 
-@pytest.mark.slow  # ~30-60 s: TFF start-up and two runs through the local C++ context
 def test_federated_and_centralized_release_the_same_statistics_and_reach_the_same_rmse():
   rng = np.random.default_rng(0)
   spec = data.SyntheticSpec(num_users=120, num_items=15, num_people=40, dim=3)
