@@ -10,5 +10,5 @@ item encoder), users (the closed-form UserUpdate), statistics (count estimation,
 sufficient statistics and their noise), accounting, item_updates, algorithms, evaluation,
 federated (TFF), config and driver (`fedmf public-features`), cli (its argparse parser).
 
-This package file imports nothing: `fedmf --help` registers the command without loading numpy.
+This package file imports nothing: `fedmf --help` registers the command without importing the rest.
 """
