@@ -81,6 +81,7 @@ def run(
   if cfg.federated:
     from fedmf.public_features import federated  # pylint: disable=g-import-not-at-top
 
+    federated.use_own_context()
     releaser = federated.releaser()
 
   def step_line(row: dict) -> None:

@@ -129,9 +129,15 @@ def client_datasets(train: Ratings, labels: np.ndarray, max_items_per_user: int,
   return out
 
 
-def releaser() -> Releaser:
-  """A `Releaser` whose counts and statistics come from TFF clients through the aggregator."""
+def use_own_context() -> None:
+  """Installs fedmf's owned local TFF context as the default (programs; closed at exit)."""
   tff_context.ensure_context()
+
+
+def releaser() -> Releaser:
+  """A `Releaser` whose counts and statistics come from TFF clients through the aggregator; it runs
+  in the current TFF context (`fedmf.tff.context.local_execution_context()`, or `use_own_context()`
+  once in a program)."""
   state: dict = {}
 
   def clients(train, labels, max_items_per_user, seed):

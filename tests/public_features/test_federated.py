@@ -16,9 +16,12 @@ def test_federated_and_centralized_release_the_same_statistics_and_reach_the_sam
   dataset = data.random_split("synthetic", ratings, features, spec.num_users, 0.2, rng, 0.0)
   hyper = algorithms.Hyperparameters(dim=3, outer_steps=2, item_steps=20, max_items_per_user=4)
   central = algorithms.train(dataset, "am-ssp", 5.0, 1e-5, 7, hyper, keep_released=True)
-  fed = algorithms.train(
-    dataset, "am-ssp", 5.0, 1e-5, 7, hyper, releaser=federated.releaser(), keep_released=True
-  )
+  from fedmf.tff.context import local_execution_context  # pylint: disable=g-import-not-at-top
+
+  with local_execution_context():  # an owned context, uninstalled after (TFF's default untouched)
+    fed = algorithms.train(
+      dataset, "am-ssp", 5.0, 1e-5, 7, hyper, releaser=federated.releaser(), keep_released=True
+    )
   assert len(central.released) == len(fed.released) == 2
   for c, f in zip(central.released, fed.released):
     np.testing.assert_allclose(f.a, c.a, rtol=1e-9, atol=1e-9)
