@@ -56,15 +56,15 @@ def test_help_lists_only_existing_subcommands(capsys):
     cli_main.main(["--help"])
   assert exit_info.value.code == 0
   text = capsys.readouterr().out
-  registered = {m.rsplit(".", 1)[1] for m in cli_main.SUBCOMMAND_MODULES}
+  registered = {m.rsplit(".", 1)[1].replace("_", "-") for m in cli_main.SUBCOMMAND_MODULES}
   assert _subcommands() == registered
   for name in registered:
-    assert f"    {name} " in text
+    assert f"    {name} " in text or f"    {name}\n" in text  # long names wrap
 
 
 def test_every_subcommand_has_help(capsys):
   for module in cli_main.SUBCOMMAND_MODULES:
-    name = module.rsplit(".", 1)[1]
+    name = module.rsplit(".", 1)[1].replace("_", "-")
     with pytest.raises(SystemExit) as exit_info:
       cli_main.main([name, "--help"])
     assert exit_info.value.code == 0

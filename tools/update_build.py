@@ -58,9 +58,15 @@ LIBRARIES = [
     "The training loop, the simulation and the training program.",
   ),
   (
+    "public_features",
+    ["fedmf/public_features/*.py"],
+    [":mf", ":privacy", ":tff", "@pypi//numpy", "@pypi//scipy", "@pypi//pyyaml"],
+    "Layer 4: private learning with public features (AM-SSP, AM-DPSGD, DP-ALS, federated SSP).",
+  ),
+  (
     "cli",
     ["fedmf/cli/*.py"],
-    [":mf", ":privacy", ":program"],
+    [":mf", ":privacy", ":program", ":public_features"],
     "The fedmf console script.",
   ),
 ]
@@ -167,7 +173,7 @@ def main():
       deps.append(":privacy")
     if "fedmf.cli" in text:
       deps.append(":cli")
-    for layer in ("participation", "tasks", "program"):
+    for layer in ("participation", "tasks", "program", "public_features"):
       if f"fedmf.{layer}" in text:
         deps.append(f":{layer}")
     out += [

@@ -33,6 +33,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
   "fedmf.cli.simulate",
   "fedmf.cli.train",
   "fedmf.cli.worker",
+  "fedmf.cli.public_features",
 )
 
 

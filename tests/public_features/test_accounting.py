@@ -1,0 +1,127 @@
+"""User-level accounting of a whole run: calibration, the noise actually added, never under-counted."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from fedmf.privacy import accounting as base_accounting
+from fedmf.public_features import accounting
+from fedmf.public_features import statistics
+
+
+@pytest.mark.parametrize("epsilon,outer_steps", [(1.0, 1), (5.0, 3)])
+def test_ssp_run_reaches_exactly_the_target_and_pld_agrees(epsilon, outer_steps):
+  budget = accounting.calibrate_ssp(epsilon, 1e-5, outer_steps, count_fraction=0.2)
+  # μ of the composition, recomputed from the noise multipliers (Gaussian composition, zCDP).
+  mu = math.sqrt(
+    budget.count_noise_multiplier**-2 + 2 * outer_steps * budget.stats_noise_multiplier**-2
+  )
+  exact = base_accounting.gaussian_epsilon(mu, 1e-5)
+  assert exact == pytest.approx(epsilon, rel=1e-9)
+  assert exact <= epsilon * (1 + 1e-9)
+  # The counts got 20% of ρ = μ²/2.
+  assert budget.count_noise_multiplier**-2 == pytest.approx(0.2 * mu**2)
+  # dp_accounting's PLD on the composed event (pessimistic) is at least the exact value.
+  eps = accounting.ssp_epsilon(budget, pld=True)
+  assert eps["pld"] >= exact * (1 - 1e-3)
+  assert eps["pld"] == pytest.approx(epsilon, rel=0.02)
+  assert eps["rdp"] >= exact  # RDP conversion is an upper bound
+
+
+def test_dropping_the_count_release_would_under_count():
+  """The count estimate is part of the run's event: without it ε is smaller than reported."""
+  budget = accounting.calibrate_ssp(2.0, 1e-5, 2, count_fraction=0.3)
+  accountant = dp_accounting.rdp.RdpAccountant()
+  accountant.compose(
+    dp_accounting.SelfComposedDpEvent(
+      dp_accounting.GaussianDpEvent(budget.stats_noise_multiplier), 4
+    )
+  )
+  without_counts = accountant.get_epsilon(1e-5)
+  full = dp_accounting.rdp.RdpAccountant()
+  full.compose(accounting.ssp_event(budget))
+  assert without_counts < full.get_epsilon(1e-5)
+  assert full.get_epsilon(1e-5) >= 2.0  # RDP is an upper bound on the exact ε = 2
+
+
+def test_released_noise_is_the_calibrated_multiple_of_the_sensitivity():
+  rng = np.random.default_rng(0)
+  m, d, clip_u, clip_y, sigma = 3000, 2, 1.5, 2.5, 3.0
+  zero = statistics.Statistics(np.zeros((m, d, d)), np.zeros((m, d)))
+  noisy = statistics.add_noise(zero, statistics.sample_noise(m, d, rng), sigma, 1.0, clip_u, clip_y)
+  assert np.std(noisy.a[:, 0, 1]) == pytest.approx(sigma * clip_u**2, rel=0.05)
+  assert np.std(noisy.a[:, 1, 1]) == pytest.approx(sigma * clip_u**2, rel=0.05)
+  assert np.std(noisy.b) == pytest.approx(sigma * clip_u * clip_y, rel=0.05)
+
+
+def test_count_noise_is_calibrated_to_the_per_user_cap():
+  users = np.repeat(np.arange(400), 3)
+  items = np.tile(np.arange(3), 400)
+  cap, sigma = 2, 4.0
+  draws = np.stack(
+    [
+      statistics.noisy_item_counts(users, items, 3, cap, sigma, 0, np.random.default_rng(s))
+      for s in range(300)
+    ]
+  )
+  clean = np.bincount(items[statistics.count_contributions(users, items, cap, 0)], minlength=3)
+  assert clean.sum() == 800
+  assert np.std(draws, axis=0) == pytest.approx(np.full(3, sigma * math.sqrt(cap)), rel=0.15)
+
+
+@pytest.mark.parametrize("epsilon", [1.0])
+def test_dpsgd_calibration_is_not_under_counted(epsilon):
+  budget = accounting.calibrate_dpsgd(epsilon, 1e-5, steps=20, sampling_probability=0.05)
+  assert accounting.dpsgd_epsilon(budget) <= epsilon * (1 + 1e-3)
+  # dp_accounting's PLD (tighter) finds at most the RDP value: calibrated on the safe side.
+  assert accounting.dpsgd_epsilon(budget, pld=True) <= epsilon * (1 + 1e-3)
+  # An independent RDP accountant on an event built here agrees with the calibration.
+  rdp = dp_accounting.rdp.RdpAccountant()
+  rdp.compose(
+    dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+        0.05, dp_accounting.GaussianDpEvent(budget.noise_multiplier)
+      ),
+      20,
+    )
+  )
+  assert rdp.get_epsilon(1e-5) == pytest.approx(epsilon, rel=1e-3)
+
+
+def test_bad_budgets_are_user_errors():
+  with pytest.raises(ValueError, match="epsilon"):
+    accounting.calibrate_ssp(0.0, 1e-5, 2)
+  with pytest.raises(ValueError, match="count_fraction"):
+    accounting.calibrate_ssp(1.0, 1e-5, 2, count_fraction=1.0)
+
+
+@pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "am-dpsgd"])
+def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
+  """Recompute ε from the noise multipliers a training run actually used (counts included)."""
+  from fedmf.public_features import algorithms
+  from fedmf.public_features import data
+
+  rng = np.random.default_rng(0)
+  spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)
+  ratings, features = data.synthetic_ratings(spec, rng)
+  dataset = data.random_split("synthetic", ratings, features, 200, 0.2, rng, 0.0)
+  hyper = algorithms.Hyperparameters(dim=3, outer_steps=2, item_steps=5, dpsgd_sampling=0.1)
+  result = algorithms.train(dataset, algorithm, 3.0, 1e-5, 0, hyper)
+  p = result.privacy
+  if algorithm == "am-dpsgd":
+    assert p["steps"] == 10 and p["sampling_probability"] == 0.1
+    rdp = dp_accounting.rdp.RdpAccountant()
+    rdp.compose(
+      dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(
+          0.1, dp_accounting.GaussianDpEvent(p["noise_multiplier"])
+        ),
+        p["steps"],
+      )
+    )
+    assert rdp.get_epsilon(1e-5) <= 3.0 * (1 + 1e-3)
+  else:
+    mu = math.sqrt(p["count_noise_multiplier"] ** -2 + 4 * p["stats_noise_multiplier"] ** -2)
+    assert base_accounting.gaussian_epsilon(mu, 1e-5) <= 3.0 * (1 + 1e-9)
