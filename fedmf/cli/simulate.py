@@ -8,7 +8,6 @@ next-word data, lstm-small, BLT, a client timer counted in rounds). Any config k
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -92,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
   config = load(args)  # Validated (the strategy file included) before TensorFlow is imported.
   common.check_creatable_dir(args.out)
   quiet.import_tensorflow_quietly()
+  from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
   from fedmf.program.simulate import run_simulation  # pylint: disable=g-import-not-at-top
 
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
@@ -99,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
     config, args.out, progress=not args.no_progress, force=args.force, log=log
   )
   if args.json:
-    json.dump(summary, sys.stdout, default=str)
-    print()
+    print(outputs.json_text(summary, indent=None))
     return 0
   for line in summary_lines(summary, args.out):
     print(line)

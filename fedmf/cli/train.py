@@ -7,7 +7,6 @@ same model and noise as an uninterrupted run. See deploy/README.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -47,6 +46,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
   from fedmf.program import loop  # pylint: disable=g-import-not-at-top
+  from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
   from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
 
   config = simulate_cli.load(args)
@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
   summary = run_training(config, args.root, progress=not args.no_progress, log=log)
   if args.json:
-    json.dump(summary, sys.stdout, default=str)
-    print()
+    print(outputs.json_text(summary, indent=None))
     return 0
   a = summary["audit"]
   how = "stopped by the privacy budget" if summary["stopped_by_budget"] else "complete"

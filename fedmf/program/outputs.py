@@ -37,12 +37,38 @@ METRIC_COLUMNS = (
 )
 
 
-def write_json(path: Path, obj: Any) -> None:
-  """JSON written atomically (temporary file in the same directory, then rename)."""
+def strict_json(obj: Any) -> Any:
+  """`obj` with every non-finite float as None: JSON has no NaN or Infinity (RFC 8259)."""
+  if isinstance(obj, float):
+    return obj if math.isfinite(obj) else None
+  if isinstance(obj, dict):
+    return {k: strict_json(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [strict_json(v) for v in obj]
+  return obj
+
+
+def json_text(obj: Any, indent: Optional[int] = 1) -> str:
+  """Strict JSON of `obj` (numpy values as Python's, NaN and infinities as null).
+
+  The one way fedmf writes JSON, to files and to stdout, so a reader never meets `NaN`.
+  """
+  plain = json.loads(json.dumps(obj, default=_json_default, allow_nan=True))
+  return json.dumps(strict_json(plain), indent=indent, allow_nan=False)
+
+
+def write_json(path: Path, obj: Any, *, mode: Optional[int] = None) -> None:
+  """Strict JSON written atomically (temporary file in the same directory, then rename)."""
   path = Path(path)
   tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  tmp.write_text(json.dumps(obj, indent=1, default=_json_default, allow_nan=True) + "\n")
-  os.replace(tmp, path)
+  try:
+    tmp.write_text(json_text(obj) + "\n")
+    if mode is not None:
+      os.chmod(tmp, mode)
+    os.replace(tmp, path)
+  finally:
+    if tmp.exists():
+      tmp.unlink()
 
 
 def _json_default(value):
@@ -144,20 +170,54 @@ class Progress:
       self._bar.close()
 
 
+# What a run directory holds besides its own files (a `fedmf train` ROOT, a rerun's report).
+_RUN_ENTRIES = (
+  "run.json",
+  "plan.json",
+  "strategy.json",
+  "summary.json",
+  "config.json",
+  "metrics.csv",
+  "participation.csv",
+  "audit.json",
+  "report.html",
+  "report.md",
+  "epsilon_curve.csv",
+  "tensorboard",
+  "release",
+  "state",
+  "journal.csv",
+)
+
+
 def check_output_dir(out: Path, force: bool, marker_files: tuple[str, ...]) -> None:
-  """Refuses an output directory holding another run's files, unless `force`."""
+  """Refuses an output directory holding another run's files, unless `force`, and a directory
+  holding files no run wrote (--force replaces the directory as a whole: they would be lost)."""
   from fedmf.errors import FedmfUserError  # pylint: disable=g-import-not-at-top
 
   out = Path(out)
   if out.exists() and not out.is_dir():
     raise FedmfUserError(f"output path exists and is not a directory: {out}")
-  if out.is_dir() and not force:
-    found = [name for name in marker_files if (out / name).exists()]
-    if found:
-      raise FedmfUserError(
-        f"{out} already holds a run ({found[0]}); choose another --out or pass "
-        "--force to overwrite it"
-      )
+  if not out.is_dir():
+    return
+  found = [name for name in marker_files + ("run.json",) if (out / name).exists()]
+  if found and not force:
+    raise FedmfUserError(
+      f"{out} already holds a run ({found[0]}); choose another --out or pass --force to replace it"
+    )
+  foreign = sorted(
+    entry.name
+    for entry in out.iterdir()
+    if not entry.name.startswith(".")
+    and entry.name not in _RUN_ENTRIES
+    and not (entry.is_file() and entry.suffix == ".png")
+  )
+  if foreign:
+    shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    raise FedmfUserError(
+      f"{out} holds files that are not a fedmf run's ({shown}); a run replaces its --out "
+      "directory as a whole: choose a new or empty directory"
+    )
 
 
 def optional_float(value: Optional[float]) -> Optional[float]:

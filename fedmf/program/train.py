@@ -15,6 +15,9 @@ ROOT holds:
   release/               model_round_R.npz every `checkpoint_every` rounds and final_model.npz
   journal.csv            (round, sha256 of the noisy aggregate) of every round ever released
   config.json, plan.json, strategy.json, audit.json, report.html, summary.json
+  run.json               the run id (kept across resumes); "running" until the program has
+                         finished, then every file's sha256: `fedmf audit ROOT` refuses an
+                         unfinished ROOT (fedmf.program.run_manifest)
 
 Crash safety (why each piece is there):
   * a checkpoint (state version = rounds completed) holds the model, the server optimizer, the noise
@@ -48,6 +51,7 @@ import numpy as np
 from fedmf.errors import FedmfUserError
 from fedmf.program import loop
 from fedmf.program import outputs
+from fedmf.program import run_manifest
 from fedmf.program import server as server_lib
 from fedmf.program.config import TrainingConfig
 from fedmf.program.data_source import ParticipationIterator
@@ -281,12 +285,31 @@ def _root_lock(root: Path):
     lock.close()
 
 
+def _check_root(root: Path) -> None:
+  """Refuses a ROOT holding something other than a `fedmf train` run (before anything is written)."""
+  if not root.is_dir():
+    return
+  manifest = run_manifest.read(root)
+  if manifest is not None and manifest.get("command") != "train":
+    raise ResumeError(
+      f"{root} holds a fedmf {manifest.get('command')} run (run {manifest['run_id']}), not a "
+      "fedmf train program: use another --root"
+    )
+  released = [name for name in ("participation.csv", "metrics.csv") if (root / name).exists()]
+  if released and not (root / "state").is_dir():
+    raise ResumeError(
+      f"{root} has released rounds ({released[0]}) but no checkpoint (state/): it is not a fedmf "
+      "train program, or restarting would release them again with new noise; use another --root"
+    )
+
+
 def _check_config(root: Path, config: TrainingConfig) -> bool:
   """True when ROOT already has this run's config; refuses another run's config."""
   path = root / "config.json"
   if not path.exists():
     return False
   saved = json.loads(path.read_text())
+  saved.pop("run_id", None)
   current = json.loads(json.dumps(config.to_dict()))
   if saved != current:
     changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
@@ -333,10 +356,15 @@ def run_training(
   from fedmf.tff.workers import WorkerPool  # pylint: disable=g-import-not-at-top
 
   root = Path(root)
+  _check_root(root)  # Before the lock: a refused ROOT is left as it was (no .lock in it).
   old_umask = os.umask(0o077)  # Checkpoints hold the noise seed: owner-only files.
   try:
     with _root_lock(root):
       resuming = _check_config(root, config)
+      previous = run_manifest.read(root)
+      run_id = previous["run_id"] if previous else run_manifest.new_run_id()
+      # From here until the end ROOT holds an unfinished run, which `fedmf audit` refuses.
+      manifest = run_manifest.start(root, "train", run_id, rounds=config.rounds)
       state_dir = root / "state"
       state_dir.mkdir(mode=0o700, exist_ok=True)
       os.chmod(state_dir, 0o700)
@@ -387,8 +415,8 @@ def run_training(
             iterator.client_id = run.task.client_id
             log(f"resuming {root} after round {version} of {config.rounds}")
           if not resuming:
-            outputs.write_json(root / "config.json", config.to_dict())
-          outputs.write_json(root / "plan.json", simulate.plan_record(run))
+            outputs.write_json(root / "config.json", {**config.to_dict(), "run_id": run_id})
+          outputs.write_json(root / "plan.json", {**simulate.plan_record(run), "run_id": run_id})
           strategies.save_strategy(run.plan.strategy, root / "strategy.json")
           for line in simulate.describe_plan(run):
             log(line)
@@ -432,7 +460,11 @@ def run_training(
       finally:
         if pool is not None:
           pool.close()
-      return _finish(run, root, result, initial_accuracy, time.perf_counter() - start, log=log)
+      summary = _finish(
+        run, root, result, initial_accuracy, time.perf_counter() - start, run_id=run_id, log=log
+      )
+      run_manifest.finish(root, manifest)
+      return summary
   finally:
     os.umask(old_umask)
 
@@ -444,6 +476,7 @@ def _finish(
   initial_accuracy: float,
   seconds: float,
   *,
+  run_id: str,
   log=print,
 ) -> dict[str, Any]:
   """The audit of the whole participation log, the report and summary.json."""
@@ -461,6 +494,7 @@ def _finish(
       "stopped_by_budget": result["stopped_by_budget"],
       "budget_epsilon": run.config.budget.epsilon,
       "workers": run.config.workers,
+      "run_id": run_id,
     },
   )
 
