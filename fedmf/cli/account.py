@@ -6,9 +6,9 @@ Notation as docs/architecture.md: --min-sep is the gap b (|i-j| ≥ b), never b-
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from fedmf import jsonio
 from fedmf.cli import common
 
 
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
   if args.target_epsilon is not None:
     out["target_epsilon"] = args.target_epsilon
   if args.json:
-    print(json.dumps(out))
+    print(jsonio.json_text(out, indent=None))
     return 0
   print(f"strategy: {args.strategy} ({strategy.describe()})")
   print(f"participation: {schema.describe()}")

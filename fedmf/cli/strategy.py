@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import sys
 import time
 from typing import Any, Callable, Optional
 
+from fedmf import jsonio
 from fedmf.cli import common
 from fedmf.errors import FedmfUserError
 
@@ -177,7 +177,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
   result = evaluation.evaluate(strategy, schema, workload=args.workload, method=args.sensitivity)
   out = _evaluation_dict(result, args.noise_multiplier)
   if args.json:
-    json.dump(out, sys.stdout)
+    sys.stdout.write(jsonio.json_text(out, indent=None))
     print()
   else:
     _print_evaluation(args.strategy, out)
@@ -267,7 +267,7 @@ def run_optimize(args: argparse.Namespace) -> int:
   out["out"] = args.out
   out["optimizer_seconds"] = seconds
   if args.json:
-    json.dump(out, sys.stdout)
+    sys.stdout.write(jsonio.json_text(out, indent=None))
     print()
   else:
     _print_evaluation(args.out, out)

@@ -355,5 +355,6 @@ def load_config(
 
 
 def config_from_dict(obj: Mapping[str, Any]) -> TrainingConfig:
-  """A validated config from a plain dict (e.g. a run's config.json)."""
+  """A validated config from a plain dict (e.g. a run's config.json, whose run_id is not a key)."""
+  obj = {k: v for k, v in obj.items() if k != "run_id"}
   return _build(TrainingConfig, obj).validate()

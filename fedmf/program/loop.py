@@ -33,6 +33,7 @@ from fedmf.program import plan as plan_lib
 from fedmf.program import server as server_lib
 from fedmf.program.config import ConfigError, TrainingConfig
 from fedmf.program.meter import PrivacyMeter
+from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger("fedmf.train")
 
@@ -85,6 +86,31 @@ class TrainingRun:
   def noise_scale(self) -> float:
     """ζ·σ on the sum (σ as used in training)."""
     return self.config.clip_norm * self.plan.training_noise_multiplier
+
+
+class TrainingDiverged(FedmfUserError):
+  """A round whose loss or model is not finite: the run stops before releasing it (one line)."""
+
+
+def check_finite(run: TrainingRun, round_index: int, result) -> None:
+  """Stops the run at the first non-finite training loss or model weight (issue 26, A.3).
+
+  A loss of nan or inf means some client's local training diverged (its update may have been
+  zeroed, but the recipe is broken); a round whose every update was zeroed (non-finite, or above
+  zeroing_linf) releases noise only; a non-finite weight would poison every later round.
+  """
+  what = None
+  if result.clients and not math.isfinite(result.loss):  # (TFF counts no examples then)
+    what = f"the training loss is {result.loss}"
+  elif result.clients and result.zeroed >= result.clients:
+    what = f"all {result.clients} client updates were zeroed: non-finite or above zeroing_linf"
+  elif not all(np.all(np.isfinite(w)) for w in run.server.weights):
+    what = "the model has non-finite weights"
+  if what is not None:
+    raise TrainingDiverged(
+      f"round {round_index}: training diverged ({what}); stopped before releasing the round: "
+      "lower client_learning_rate or server_learning_rate"
+    )
 
 
 def poisson_groups(config: TrainingConfig) -> Optional[int]:
@@ -211,6 +237,7 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     lr,
     c.server_momentum,
   )
+  check_finite(run, r, result)
   run.meter.record(r, cohort.clients)
   return RoundRecord(
     round=r,

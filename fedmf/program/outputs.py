@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from fedmf import jsonio
 
 METRIC_COLUMNS = (
   "round",
@@ -37,50 +38,10 @@ METRIC_COLUMNS = (
 )
 
 
-def strict_json(obj: Any) -> Any:
-  """`obj` with every non-finite float as None: JSON has no NaN or Infinity (RFC 8259)."""
-  if isinstance(obj, float):
-    return obj if math.isfinite(obj) else None
-  if isinstance(obj, dict):
-    return {k: strict_json(v) for k, v in obj.items()}
-  if isinstance(obj, (list, tuple)):
-    return [strict_json(v) for v in obj]
-  return obj
-
-
-def json_text(obj: Any, indent: Optional[int] = 1) -> str:
-  """Strict JSON of `obj` (numpy values as Python's, NaN and infinities as null).
-
-  The one way fedmf writes JSON, to files and to stdout, so a reader never meets `NaN`.
-  """
-  plain = json.loads(json.dumps(obj, default=_json_default, allow_nan=True))
-  return json.dumps(strict_json(plain), indent=indent, allow_nan=False)
-
-
-def write_json(path: Path, obj: Any, *, mode: Optional[int] = None) -> None:
-  """Strict JSON written atomically (temporary file in the same directory, then rename)."""
-  path = Path(path)
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  try:
-    tmp.write_text(json_text(obj) + "\n")
-    if mode is not None:
-      os.chmod(tmp, mode)
-    os.replace(tmp, path)
-  finally:
-    if tmp.exists():
-      tmp.unlink()
-
-
-def _json_default(value):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  if isinstance(value, np.generic):
-    return value.item()
-  if isinstance(value, np.ndarray):
-    return value.tolist()
-  if isinstance(value, Path):
-    return str(value)
-  raise TypeError(f"not JSON serializable: {type(value).__name__}")
+# The one JSON writer (strict JSON: null, never NaN), kept where every layer can import it.
+strict_json = jsonio.strict_json
+json_text = jsonio.json_text
+write_json = jsonio.write_json
 
 
 def _cell(value) -> str:

@@ -213,6 +213,7 @@ async def train_program(
   stopped_by_budget = False
   last_eval: Optional[float] = None
   start_round = run.server.round
+  last_saved = start_round
   for r in range(start_round, c.rounds):
     before = iterator.to_bytes() if budget is not None else None
     ids = iterator.select()
@@ -233,7 +234,13 @@ async def train_program(
           budget,
         )
         break
-    record = loop.train_round(run, cohort)
+    try:
+      record = loop.train_round(run, cohort)
+    except loop.TrainingDiverged as e:
+      # Nothing of round r is saved or released: the last checkpoint and release stay finite.
+      raise loop.TrainingDiverged(
+        f"{e}; the last checkpoint ({last_saved} rounds done) and its release are kept"
+      ) from None
     journal.check_and_record(r, record.noisy_mean)
     done = r + 1
     if loop.is_eval_round(c, r):
@@ -241,6 +248,7 @@ async def train_program(
     checkpoint = done % c.checkpoint_every == 0 or done == c.rounds
     if checkpoint:
       await state_manager.save(program_state(run, iterator, seed, initial_accuracy), done)
+      last_saved = done
     participation_log.write_round(r, ids)
     for manager in metrics_managers:
       await manager.release(_metrics_value(record), done - 1)

@@ -212,3 +212,62 @@ def test_train_refuses_a_simulate_run_and_leaves_it_as_it_was(tmp_path, capsys):
   err = capsys.readouterr().err
   assert code == 2 and "fedmf simulate run" in _one_line(err)
   assert _digests(out) == before and not (out / ".lock").exists()
+
+
+def _strict(path: Path):
+  """Parses a JSON file as a strict reader would (no NaN, Infinity)."""
+
+  def refuse(name):
+    raise AssertionError(f"{path}: {name} is not JSON")
+
+  return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_divergence_stops_the_program_naming_the_round_and_keeps_the_finite_checkpoint(
+  tmp_path, capsys
+):
+  root = tmp_path / "root"
+  extra = ["rounds=3", "checkpoint_every=1", "warmup_fraction=0", "server_learning_rate=1e30"]
+  code = cli_main.main(_train_args(root, extra))
+  line = _one_line(capsys.readouterr().err)
+  assert code == 2 and line.startswith("fedmf train: error: round 1: training diverged"), line
+  assert "nan" in line and "1 rounds done" in line
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  assert sorted(p.name for p in (root / "release").iterdir()) == ["model_round_000001.npz"]
+  with np.load(root / "release" / "model_round_000001.npz") as f:
+    assert all(np.all(np.isfinite(f[k])) for k in f.files)
+  assert "program_state_1" in {p.name for p in (root / "state").iterdir()}
+  assert _strict(root / "run.json")["state"] == "running"  # Not a finished run: not audited.
+  assert not (root / "metrics.csv").exists() or "nan" not in (root / "metrics.csv").read_text()
+
+
+def test_divergence_stops_a_simulation_and_leaves_no_run(tmp_path, capsys):
+  out = tmp_path / "run"
+  code = cli_main.main(_simulate_args(out, ["rounds=3", "client_learning_rate=1e30"]))
+  err = capsys.readouterr().err
+  assert code == 2 and "round 0: training diverged" in err
+  assert not out.exists() and _staging(out) == []
+
+
+def test_every_json_file_of_a_run_is_strict_json(tmp_path, capsys):
+  out = tmp_path / "run"
+  # σ = 0: no DP, so epsilon is infinite: written as null, never Infinity.
+  assert cli_main.main(_simulate_args(out, ["rounds=2", "noise_multiplier=0"], "--json")) == 0
+  stdout = capsys.readouterr().out
+  assert "Infinity" not in stdout and "NaN" not in stdout
+  for path in out.glob("*.json"):
+    _strict(path)
+  assert _strict(out / "audit.json")["epsilon"] is None
+
+
+def test_json_text_writes_null_for_non_finite_numbers():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedmf import jsonio  # pylint: disable=g-import-not-at-top
+
+  text = jsonio.json_text(
+    {"a": float("nan"), "b": [np.float32("inf"), -float("inf"), 1.5], "c": np.int64(3)},
+    indent=None,
+  )
+  assert json.loads(text) == {"a": None, "b": [None, None, 1.5], "c": 3}
