@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from pathlib import Path
 
 from fedmf.errors import FedmfUserError
@@ -115,6 +116,8 @@ def check_writable(path: str) -> None:
     parent = Path(path).resolve().parent
   except (OSError, ValueError, RuntimeError) as e:  # e.g. an embedded NUL, a symlink loop
     raise FedmfUserError(f"cannot use output path {path!r}: {e}") from None
+  if parent.exists() and not parent.is_dir():
+    raise FedmfUserError(f"cannot write {path}: {parent} is a file, not a directory")
   if not parent.is_dir():
     raise FedmfUserError(f"output directory does not exist: {parent}")
   if not os.access(parent, os.W_OK):
@@ -224,3 +227,12 @@ def check_creatable_dir(path: str) -> None:
     raise FedmfUserError(f"cannot create {target}: {ancestor} is not a directory")
   if not os.access(ancestor, os.W_OK):
     raise FedmfUserError(f"output directory is not writable: {ancestor}")
+  if not target.exists():
+    # Some file systems (/proc, /sys, a read-only mount) refuse new directories whatever the
+    # permission bits say: try one now rather than after minutes of work.
+    try:
+      os.rmdir(tempfile.mkdtemp(prefix=".fedmf-probe-", dir=ancestor))
+    except OSError as e:
+      raise FedmfUserError(
+        f"cannot create {target}: {ancestor} does not accept new directories ({e.strerror})"
+      ) from None

@@ -90,8 +90,10 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
   config = load(args)  # Validated (the strategy file included) before TensorFlow is imported.
   common.check_creatable_dir(args.out)
-  quiet.import_tensorflow_quietly()
   from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
+
+  outputs.check_output_dir(Path(args.out), args.force, outputs.RUN_MARKERS)
+  quiet.import_tensorflow_quietly()
   from fedmf.program.simulate import run_simulation  # pylint: disable=g-import-not-at-top
 
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print

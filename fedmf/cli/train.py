@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from fedmf.cli import common
+from fedmf.cli import quiet
 from fedmf.cli import simulate as simulate_cli
 
 DESCRIPTION = """\
@@ -45,12 +47,17 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+  from fedmf.program import run_manifest  # pylint: disable=g-import-not-at-top
+
+  # Everything that can be refused is refused before TensorFlow is imported (seconds).
+  config = simulate_cli.load(args)
+  common.check_creatable_dir(args.root)
+  run_manifest.check_train_root(Path(args.root))
+  quiet.import_tensorflow_quietly()
   from fedmf.program import loop  # pylint: disable=g-import-not-at-top
   from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
   from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
 
-  config = simulate_cli.load(args)
-  common.check_creatable_dir(args.root)
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
   summary = run_training(config, args.root, progress=not args.no_progress, log=log)
   if args.json:

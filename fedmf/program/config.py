@@ -180,9 +180,58 @@ class TrainingConfig:
       self.participation.validate()
     except FedmfUserError as e:
       raise ConfigError(str(e)) from None
+    self._check_effective()
     if self.strategy is not None:
       self._check_strategy_file()
     return self
+
+  def _check_effective(self) -> None:
+    """Refuses a value the chosen settings ignore (issue 26, C.9): a key that has no effect is a
+    mistake the user would otherwise never see (it is even stored in config.json)."""
+    p, default = self.participation, ParticipationConfig()
+    if p.min_sep is not None:
+      _at_least("participation.min_sep", p.min_sep, 1)
+    if p.max_participations is not None:
+      _at_least("participation.max_participations", p.max_participations, 1)
+    wall_clock = p.model == "timer" and p.timer_unit == "hours"
+    ignored = []
+    if wall_clock and p.min_sep is not None:
+      ignored.append(("participation.min_sep", "the hours timer counts participation.timer_hours"))
+    if p.model != "timer" and p.timer_unit != default.timer_unit:
+      ignored.append(("participation.timer_unit", f"participation.model is {p.model}, not timer"))
+    if not wall_clock:
+      why = (
+        "participation.timer_unit is not hours"
+        if p.model == "timer"
+        else (f"participation.model is {p.model}, not timer")
+      )
+      for key in (
+        "timer_hours",
+        "round_minutes",
+        "round_jitter",
+        "night_availability",
+        "day_availability",
+      ):
+        if getattr(p, key) != getattr(default, key):
+          ignored.append((f"participation.{key}", f"it sets the hours timer, and {why}"))
+    if p.model != "timer":
+      for key in ("max_participations", "server_guard"):
+        if getattr(p, key) != getattr(default, key):
+          ignored.append((f"participation.{key}", f"participation.model is {p.model}, not timer"))
+    if self.strategy is None:
+      if self.bands is not None and self.mechanism != "bandmf":
+        ignored.append(("bands", f"mechanism is {self.mechanism}, not bandmf"))
+      if self.buffers is not None and self.mechanism != "blt":
+        ignored.append(("buffers", f"mechanism is {self.mechanism}, not blt"))
+    else:
+      for key in ("bands", "buffers"):
+        if getattr(self, key) is not None:
+          ignored.append((key, "a strategy file is given"))
+    if self.force_strategy and self.strategy is None:
+      ignored.append(("force_strategy", "no strategy file is given"))
+    if ignored:
+      key, why = ignored[0]
+      raise ConfigError(f"{key} has no effect here ({why}): remove it, or change the setting")
 
   def _check_strategy_file(self) -> None:
     """Loads the strategy file now, before any work: a file that does not load, a strategy that

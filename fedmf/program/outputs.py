@@ -131,6 +131,9 @@ class Progress:
       self._bar.close()
 
 
+# Files that show a directory holds a run (--force needed to replace it).
+RUN_MARKERS = ("summary.json", "participation.csv", "metrics.csv", "config.json", "audit.json")
+
 # What a run directory holds besides its own files (a `fedmf train` ROOT, a rerun's report).
 _RUN_ENTRIES = (
   "run.json",

@@ -245,6 +245,26 @@ def _json_run_id(path: Path) -> Optional[str]:
   return value if isinstance(value, str) else None
 
 
+def check_train_root(root: Path) -> None:
+  """Refuses a `fedmf train --root` holding something other than a train program, before anything
+  (a lock included) is written there."""
+  root = Path(root)
+  if not root.is_dir():
+    return
+  manifest = read(root)
+  if manifest is not None and manifest.get("command") != "train":
+    raise RunManifestError(
+      f"{root} holds a fedmf {manifest.get('command')} run (run {manifest['run_id']}), not a "
+      "fedmf train program: use another --root"
+    )
+  released = [name for name in ("participation.csv", "metrics.csv") if (root / name).exists()]
+  if released and not (root / "state").is_dir():
+    raise RunManifestError(
+      f"{root} has released rounds ({released[0]}) but no checkpoint (state/): it is not a fedmf "
+      "train program, or restarting would release them again with new noise; use another --root"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Staging: a run written beside OUT, moved into place when it has finished.
 

@@ -36,7 +36,7 @@ from fedmf.program.config import TrainingConfig
 
 logger = logging.getLogger("fedmf.simulate")
 
-RUN_FILES = ("summary.json", "participation.csv", "metrics.csv", "config.json", "audit.json")
+RUN_FILES = outputs.RUN_MARKERS
 
 
 def config_record(config: TrainingConfig) -> dict[str, Any]:

@@ -295,20 +295,7 @@ def _root_lock(root: Path):
 
 def _check_root(root: Path) -> None:
   """Refuses a ROOT holding something other than a `fedmf train` run (before anything is written)."""
-  if not root.is_dir():
-    return
-  manifest = run_manifest.read(root)
-  if manifest is not None and manifest.get("command") != "train":
-    raise ResumeError(
-      f"{root} holds a fedmf {manifest.get('command')} run (run {manifest['run_id']}), not a "
-      "fedmf train program: use another --root"
-    )
-  released = [name for name in ("participation.csv", "metrics.csv") if (root / name).exists()]
-  if released and not (root / "state").is_dir():
-    raise ResumeError(
-      f"{root} has released rounds ({released[0]}) but no checkpoint (state/): it is not a fedmf "
-      "train program, or restarting would release them again with new noise; use another --root"
-    )
+  run_manifest.check_train_root(root)
 
 
 def _check_config(root: Path, config: TrainingConfig) -> bool:
