@@ -110,6 +110,12 @@ def run(args: argparse.Namespace) -> int:
   print(f"{label}: {result.noise_multiplier:.6g}")
   print(f"rho (zCDP): {result.rho:.6g}")
   print(f"epsilon: {result.epsilon:.6g} at delta = {result.delta:g} ({result.accountant})")
+  if result.epsilon == 0:
+    # Not a rounding: with this much noise (0, delta)-DP holds, so every smaller target is met.
+    print(
+      f"note: epsilon 0 is not a rounding: (0, {result.delta:g})-DP holds, the privacy loss "
+      "exceeds 0 only with probability delta"
+    )
   if result.sensitivity_method == "lower-bound":
     print("warning: the sensitivity is a lower bound; epsilon is not a guarantee")
   return 0

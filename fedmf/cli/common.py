@@ -167,14 +167,18 @@ def add_resource_args(parser: argparse.ArgumentParser) -> None:
     type=gib,
     default=None,
     metavar="GIB",
-    help="refuse work whose estimated peak memory exceeds this many GiB (default: 4)",
+    help="refuse work whose estimated peak memory exceeds this many GiB: the strategy math, the "
+    "accountant, the audit, and for training the model, optimizer and noise state "
+    "(default: 4)",
   )
   parser.add_argument(
     "--max-seconds",
     type=positive_float,
     default=None,
     metavar="S",
-    help="refuse work whose estimated time exceeds this many seconds (default: 120)",
+    help="refuse work whose estimated time exceeds this many seconds: the strategy math "
+    "(optimizing, sensitivity, evaluation), the PLD accountant and the audit's log scan are "
+    "estimated; training rounds and data loading are not (default: 120)",
   )
 
 

@@ -117,10 +117,17 @@ def _epsilon(value: Any) -> str:
 def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
   """The end-of-run summary in words: every number once, every artifact once, no None."""
   a = summary["audit"]
-  dp = "DP FedAvg" if summary["noise_multiplier"] else "FedAvg without DP"
+  from fedmf.program.outputs import plural  # pylint: disable=g-import-not-at-top
+
+  # Without DP no noise is added: naming the strategy would say it was used.
+  dp = (
+    f"DP FedAvg ({summary['strategy']}, "
+    if summary["noise_multiplier"]
+    else ("FedAvg without DP (")
+  )
   lines = [
-    f"simulated {summary['rounds_completed']} rounds of {dp} ({summary['strategy']}, "
-    f"{summary['clients_per_round']} of {summary['num_clients']} clients per round) in "
+    f"simulated {plural(summary['rounds_completed'], 'round')} of {dp}"
+    f"{summary['clients_per_round']} of {plural(summary['num_clients'], 'client')} per round) in "
     f"{summary['seconds']:.1f} s"
   ]
   final = summary.get("final_test_accuracy")

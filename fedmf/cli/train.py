@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
   a = summary["audit"]
   how = "stopped by the privacy budget" if summary["stopped_by_budget"] else "complete"
   print(
-    f"trained {summary['rounds_completed']} of {summary['rounds']} rounds ({how}) in {args.root}"
+    f"trained {summary['rounds_completed']} of {outputs.plural(summary['rounds'], 'round')} "
+    f"({how}) in {args.root}"
   )
   final = summary["final_test_accuracy"]
   print(

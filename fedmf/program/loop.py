@@ -127,6 +127,31 @@ def poisson_groups(config: TrainingConfig) -> Optional[int]:
   )
 
 
+# Model copies a run holds besides the TFF call: the task's Keras model, the server's weights,
+# momentum, noisy mean and clipped sum, and the prefetched noise.
+HOST_MODEL_COPIES = 6
+# Per client in one TFF call: about 54 MB for the 4.05M-parameter LSTM (16.2 MB of weights), i.e.
+# 3.3 model copies (weights, gradients, optimizer slots, the update), measured for CLIENTS_PER_CALL.
+CLIENT_MODEL_COPIES = 3.3
+
+
+def model_state_cost(config: TrainingConfig) -> resources.Cost:
+  """The model, optimizer and client-call state of the config's model, before any is allocated
+  (issue 26, A.5); the noise stream's buffers are estimated once the strategy is known."""
+  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+
+  params = models.count_params(config.model, config.vocab_size)
+  per_call = min(
+    config.clients_per_round, CLIENTS_PER_CALL.get(config.model, config.clients_per_round)
+  )
+  copies = HOST_MODEL_COPIES + CLIENT_MODEL_COPIES * per_call
+  return resources.Cost.of(
+    f"{params:,} float32 parameters x {copies:.0f} copies (model, server optimizer, noise, "
+    f"{per_call} clients per TFF call)",
+    4.0 * params * copies,
+  )
+
+
 def build_run(
   config: TrainingConfig,
   *,
@@ -143,6 +168,10 @@ def build_run(
   from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
+  if task is None:
+    resources.check(
+      model_state_cost(config), f"training {config.model} at vocab_size {config.vocab_size}"
+    )
   task = build_task(config) if task is None else task
   if config.clients_per_round > task.num_clients:
     raise ConfigError(

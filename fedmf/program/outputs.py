@@ -184,5 +184,10 @@ def check_output_dir(out: Path, force: bool, marker_files: tuple[str, ...]) -> N
     )
 
 
+def plural(count: int, word: str) -> str:
+  """'1 round', '2 rounds'."""
+  return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def optional_float(value: Optional[float]) -> Optional[float]:
   return None if value is None else float(value)

@@ -60,7 +60,9 @@ def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
 def describe_plan(run: loop.TrainingRun) -> list[str]:
   p = run.plan
   lines = [
-    f"strategy: {p.strategy.describe()}",
+    f"strategy: {p.strategy.describe()}"
+    if p.noise_multiplier
+    else "strategy: none (no noise is added without DP)",
     f"participation: {run.participation.describe()}; declared {p.schema.describe()}",
     f"noise multiplier: {p.noise_multiplier:.6g}"
     + (

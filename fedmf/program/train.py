@@ -404,7 +404,7 @@ def run_training(
             initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
             asyncio.run(state_manager.save(program_state(run, iterator, seed, initial_accuracy), 0))
             version = 0
-            log(f"starting {config.rounds} rounds in {root}")
+            log(f"starting {outputs.plural(config.rounds, 'round')} in {root}")
           else:
             iterator, seed, initial_accuracy = restore_state(run, loaded)
             iterator.client_id = run.task.client_id
