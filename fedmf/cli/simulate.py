@@ -20,8 +20,10 @@ DESCRIPTION = """\
 Simulate differentially private federated training (the papers' FedSGDM as TFF computations) with a
 correlated-noise mechanism under a realistic participation model, then audit the participation log
 the run wrote. Outputs in OUT: config.json, plan.json, participation.csv, metrics.csv, tensorboard/,
-strategy.json, audit.json, report.html (the audit, with plots) and summary.json; `fedmf audit OUT`
-audits the run again from these files.
+strategy.json, audit.json, report.html and report.md (the audit), epsilon_curve.csv and the plots
+(*.png), summary.json, and run.json (the run id and every file's sha256); `fedmf audit OUT` audits
+the run again from these files. The run is written beside OUT and replaces it only once finished:
+an interrupted run leaves OUT as it was.
 
 Config keys (YAML; see docs/simulation.md): task (synthetic | stackoverflow), num_clients, model
 (lstm-small | lstm-paper), vocab_size, rounds, clients_per_round, mechanism (dpsgd | tree | bandmf |
@@ -166,6 +168,6 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
     lines.append(f"  report               {report}")
   lines.append(
     f"  outputs              {out} (summary.json, metrics.csv, participation.csv, strategy.json, "
-    "audit.json)"
+    "audit.json, report.md, epsilon_curve.csv, plots, run.json)"
   )
   return lines
