@@ -96,14 +96,12 @@ def check_finite(run: TrainingRun, round_index: int, result) -> None:
   """Stops the run at the first non-finite training loss or model weight (issue 26, A.3).
 
   A loss of nan or inf means some client's local training diverged (its update may have been
-  zeroed, but the recipe is broken); a round whose every update was zeroed (non-finite, or above
-  zeroing_linf) releases noise only; a non-finite weight would poison every later round.
+  zeroed, but the recipe is broken); a non-finite weight would poison every later round. Zeroed
+  updates alone do not stop a run: they are counted (metrics.csv `zeroed`, summary.json).
   """
   what = None
   if result.clients and not math.isfinite(result.loss):  # (TFF counts no examples then)
     what = f"the training loss is {result.loss}"
-  elif result.clients and result.zeroed >= result.clients:
-    what = f"all {result.clients} client updates were zeroed: non-finite or above zeroing_linf"
   elif not all(np.all(np.isfinite(w)) for w in run.server.weights):
     what = "the model has non-finite weights"
   if what is not None:

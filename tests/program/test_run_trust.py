@@ -244,9 +244,10 @@ def test_divergence_stops_the_program_naming_the_round_and_keeps_the_finite_chec
 
 def test_divergence_stops_a_simulation_and_leaves_no_run(tmp_path, capsys):
   out = tmp_path / "run"
-  code = cli_main.main(_simulate_args(out, ["rounds=3", "client_learning_rate=1e30"]))
+  extra = ["rounds=3", "server_learning_rate=1e30", "warmup_fraction=0"]
+  code = cli_main.main(_simulate_args(out, extra))
   err = capsys.readouterr().err
-  assert code == 2 and "round 0: training diverged" in err
+  assert code == 2 and "round 1: training diverged (the training loss is nan)" in err
   assert not out.exists() and _staging(out) == []
 
 
