@@ -90,3 +90,24 @@ def test_a_non_run_directory_is_never_replaced(tmp_path):
   line = _refused("simulate", "--out", mine, "--force", "--set", "rounds=2")
   assert "not a fedmf run's (notes.txt)" in line, line
   assert (mine / "notes.txt").read_text() == "my notes"
+
+
+def test_simulate_does_not_suggest_a_flag_it_does_not_have(tmp_path, capsys):
+  from fedmf.cli import main as cli_main  # pylint: disable=g-import-not-at-top
+
+  argv = ["simulate", "--out", str(tmp_path / "o"), "--no-progress"]
+  for item in (
+    "num_clients=60",
+    "vocab_size=40",
+    "clients_per_round=4",
+    "max_sentences_per_client=16",
+    "test_sentences=64",
+    "rounds=2",
+    "noise_multiplier=1e300",
+  ):
+    argv += ["--set", item]
+  code = cli_main.main(argv)
+  err = capsys.readouterr().err
+  assert code == 2 and "PLD accountant" in err, err
+  assert "use --accountant" not in err and "fedmf account --accountant analytic" in err
+  assert not (tmp_path / "o").exists()

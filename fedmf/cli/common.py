@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -217,6 +218,24 @@ def check_output_dir(path: str, flag: str, names: tuple[str, ...], force: bool =
         "choose another directory"
       )
   check_creatable_dir(path)
+
+
+_ACCOUNTANT_HINT = re.compile(
+  r"[;,]?\s*(or )?use --accountant analytic( \([^)]*\))?( or a larger delta)?"
+)
+
+
+def without_accountant_hint(error: FedmfUserError) -> FedmfUserError:
+  """The error for a command without --accountant (simulate, train): the accountant's advice to use
+  `--accountant analytic` names a flag the command does not have, so it is replaced."""
+  message = str(error)
+  if "--accountant" not in message:
+    return error
+  message = _ACCOUNTANT_HINT.sub("", message).rstrip("; ")
+  return FedmfUserError(
+    f"{message} (this command accounts with PLD only: lower noise_multiplier or raise delta; "
+    "fedmf account --accountant analytic gives the exact curve)"
+  )
 
 
 def check_creatable_dir(path: str) -> None:

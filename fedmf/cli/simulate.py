@@ -15,6 +15,7 @@ from typing import Any
 
 from fedmf.cli import common
 from fedmf.cli import quiet
+from fedmf.errors import FedmfUserError
 
 DESCRIPTION = """\
 Simulate differentially private federated training (the papers' FedSGDM as TFF computations) with a
@@ -99,9 +100,12 @@ def run(args: argparse.Namespace) -> int:
   from fedmf.program.simulate import run_simulation  # pylint: disable=g-import-not-at-top
 
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
-  summary = run_simulation(
-    config, args.out, progress=not args.no_progress, force=args.force, log=log
-  )
+  try:
+    summary = run_simulation(
+      config, args.out, progress=not args.no_progress, force=args.force, log=log
+    )
+  except FedmfUserError as e:
+    raise common.without_accountant_hint(e) from None
   if args.json:
     print(outputs.json_text(summary, indent=None))
     return 0

@@ -13,6 +13,7 @@ from typing import Any
 
 from fedmf.cli import common
 from fedmf.cli import quiet
+from fedmf.errors import FedmfUserError
 from fedmf.cli import simulate as simulate_cli
 
 DESCRIPTION = """\
@@ -59,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
   from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
 
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
-  summary = run_training(config, args.root, progress=not args.no_progress, log=log)
+  try:
+    summary = run_training(config, args.root, progress=not args.no_progress, log=log)
+  except FedmfUserError as e:
+    raise common.without_accountant_hint(e) from None
   if args.json:
     print(outputs.json_text(summary, indent=None))
     return 0
