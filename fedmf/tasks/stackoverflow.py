@@ -43,6 +43,7 @@ from tensorflow_federated.python.simulation.baselines.stackoverflow import (
 )
 from tensorflow_federated.python.simulation.datasets import sql_client_data
 
+from fedmf.tasks import sqlite_rows
 from fedmf.errors import FedmfUserError
 from fedmf.tasks.base import ArrayTask
 
@@ -185,12 +186,14 @@ class StackOverflowClients:
   built on demand, so memory does not grow with the cohorts drawn.
   """
 
-  def __init__(self, path: str, split: str):
+  def __init__(self, path: str, split: str, rows: Optional[sqlite_rows.ClientRows] = None):
+    """`rows`: the client rows of a file without an index (`fedmf.tasks.sqlite_rows`)."""
     if split not in SPLITS:
       raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
     self._sql = sql_client_data.SqlClientData(path, split)
     self._ids = set(self._sql.client_ids)  # O(1) membership; TFF scans a list.
     self._con: Optional[sqlite3.Connection] = None
+    self._rows = rows
     self.split = split
 
   @property
@@ -219,6 +222,10 @@ class StackOverflowClients:
       self._con = sqlite3.connect(
         f'file:{self._sql._filepath}?mode=ro', uri=True, check_same_thread=False
       )
+    if self._rows is not None:  # No index on client_id: the cached row runs.
+      return [
+        _tokens_of(b) for b in sqlite_rows.fetch(self._con, self._rows, self.split, client_id)
+      ]
     rows = self._con.execute(
       'SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ?',
       (client_id, self.split),
@@ -462,21 +469,16 @@ class StackOverflowTask(ArrayTask):
     )
     path = sqlite_path(data_dir)
     try:
-      indexed = has_client_index(path)
-      if indexed:
-        self.train = StackOverflowClients(path, 'train')
-        self.test = StackOverflowClients(path, 'test')
+      # TFF's save_to_sql_client_data writes no index on client_id: the file is left as it is
+      # (it may be read-only or shared) and its client rows are found by one cached scan.
+      rows = None if has_client_index(path) else sqlite_rows.client_rows(path)
+      self.train = StackOverflowClients(path, 'train', rows)
+      self.test = StackOverflowClients(path, 'test', rows)
     except (sqlite3.Error, ValueError, tf.errors.OpError) as e:
       first = str(e).splitlines()[0] if str(e) else type(e).__name__
       raise MissingDataError(
         f"{path} is not a StackOverflow sqlite file in TFF's schema: {first}"
       ) from None
-    if not indexed:
-      raise MissingDataError(
-        f'{path} has no index on examples(client_id): every client would cost a full scan; '
-        f'add one once with: sqlite3 {path} "CREATE INDEX examples_client ON '
-        f'examples(client_id, split_name)"'
-      )
     if not self.train.client_ids:
       raise MissingDataError(f'{path} has no train clients')
     self._ids = self.train.client_ids[:num_clients]

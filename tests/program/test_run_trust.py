@@ -272,3 +272,60 @@ def test_json_text_writes_null_for_non_finite_numbers():
     indent=None,
   )
   assert json.loads(text) == {"a": None, "b": [None, None, 1.5], "c": 3}
+
+
+def test_a_file_written_by_tff_without_index_trains_read_only_and_unchanged(
+  tmp_path, capsys, monkeypatch
+):
+  import stat  # pylint: disable=g-import-not-at-top
+
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.simulation.datasets import (  # pylint: disable=g-import-not-at-top
+    sql_client_data_utils,
+  )
+
+  monkeypatch.setenv("FEDMF_CACHE_DIR", str(tmp_path / "cache"))
+  rng = np.random.default_rng(0)
+  words = [f"w{i}" for i in range(30)]
+
+  def sentences(count):
+    return [" ".join(rng.choice(words, size=int(rng.integers(3, 9)))) for _ in range(count)]
+
+  data = {f"u{i:02d}": sentences(int(rng.integers(2, 10))) for i in range(12)}
+  data.update({f"t{i}": sentences(6) for i in range(3)})
+  splits = {c: ("test" if c.startswith("t") else "train") for c in data}
+  directory = tmp_path / "so"
+  directory.mkdir()
+  path = directory / "stackoverflow.sqlite"
+  sql_client_data_utils.save_to_sql_client_data(
+    list(data),
+    lambda c: tf.data.Dataset.from_tensor_slices({"tokens": data[c]}),
+    str(path),
+    split_names_by_client_id=splits,
+  )
+  before = path.read_bytes()
+  path.chmod(stat.S_IRUSR | stat.S_IRGRP)
+  directory.chmod(stat.S_IRUSR | stat.S_IXUSR)
+  try:
+    out = tmp_path / "run"
+    argv = ["simulate", "--out", str(out), "--no-progress", "--data-dir", str(directory)]
+    for item in (
+      "task=stackoverflow",
+      "num_clients=12",
+      "vocab_size=20",
+      "rounds=2",
+      "clients_per_round=3",
+      "participation.min_sep=2",
+      "test_sentences=10",
+      "target_epsilon=8",
+    ):
+      argv += ["--set", item]
+    code = cli_main.main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "indexing the clients" in captured.err
+  finally:
+    directory.chmod(stat.S_IRWXU)
+  assert path.read_bytes() == before
+  assert sorted(p.name for p in directory.iterdir()) == ["stackoverflow.sqlite"]
