@@ -168,7 +168,9 @@ class TrainingConfig:
       raise ConfigError("warmup_fraction + cooldown_fraction must not exceed 1")
     if self.task == "stackoverflow" and self.data_dir is None:
       raise ConfigError(
-        "task stackoverflow needs the data directory: --data-dir DIR (holding stackoverflow.sqlite)"
+        "task stackoverflow needs stackoverflow.sqlite: not in TFF's cache "
+        f"({os.path.join(tff_cache_dir(), 'stackoverflow.sqlite')}) and no --data-dir DIR given; "
+        "tff.simulation.datasets.stackoverflow.load_data() fills TFF's cache"
       )
     for key in ("seed", "noise_seed"):
       value = getattr(self, key)
@@ -389,6 +391,11 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
   return obj
 
 
+def tff_cache_dir() -> str:
+  """Where TFF's dataset loaders keep their files (`download.get_compressed_file`: ~/.tff)."""
+  return os.path.join(os.path.expanduser("~"), ".tff")
+
+
 def load_config(
   path: Optional[str | os.PathLike], overrides: Sequence[str] = (), data_dir: Optional[str] = None
 ) -> TrainingConfig:
@@ -397,6 +404,10 @@ def load_config(
   raw = apply_overrides(raw, overrides)
   if data_dir is not None:
     raw["data_dir"] = str(data_dir)
+  elif raw.get("task") == "stackoverflow" and not raw.get("data_dir"):
+    # Where tff.simulation.datasets.stackoverflow.load_data() leaves the file (issue 26, B.7).
+    if os.path.isfile(os.path.join(tff_cache_dir(), "stackoverflow.sqlite")):
+      raw["data_dir"] = tff_cache_dir()
   try:
     return _build(TrainingConfig, raw).validate()
   except RecursionError:

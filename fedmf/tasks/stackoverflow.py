@@ -154,7 +154,10 @@ def sqlite_path(data_dir: str) -> str:
   """`<data_dir>/stackoverflow.sqlite`, or `MissingDataError` naming it."""
   path = os.path.join(data_dir, SQLITE_NAME)
   if not os.path.isfile(path):
-    raise MissingDataError(f'StackOverflow data not found: expected {path}')
+    raise MissingDataError(
+      f'StackOverflow data not found: expected {path} (tff.simulation.datasets.stackoverflow'
+      '.load_data() puts it in ~/.tff, where fedmf looks when --data-dir is not given)'
+    )
   return path
 
 
@@ -257,22 +260,31 @@ def has_client_index(path: str) -> bool:
 def read_word_counts(
   data_dir: str, vocab_size: Optional[int] = None
 ) -> Optional['collections.OrderedDict[str, int]']:
-  """Word counts from `<data_dir>/stackoverflow.word_count` (or its .tar.bz2).
+  """Word counts from `<data_dir>/stackoverflow.word_count` (or its .tar.bz2), else from Keras's
+  datasets directory (`keras_datasets_dir`).
 
   Same parsing as TFF's `stackoverflow.load_word_counts`: one `word count` per
   line, most frequent first, stop after `vocab_size` words. Returns None when
   neither file exists (the caller then counts the train split).
   """
-  text_path = os.path.join(data_dir, WORD_COUNT_NAME)
-  archive = os.path.join(data_dir, WORD_COUNT_ARCHIVE)
-  if os.path.isfile(text_path):
-    with open(text_path, 'rb') as f:
-      return _parse_word_counts(f, vocab_size)
-  if os.path.isfile(archive):
-    with tarfile.open(archive, 'r:bz2') as tar:
-      member = tar.extractfile(WORD_COUNT_NAME)
-      return _parse_word_counts(member, vocab_size)
+  # Then where tff...stackoverflow.load_word_counts() leaves them: Keras's datasets directory.
+  for directory in (data_dir, keras_datasets_dir()):
+    text_path = os.path.join(directory, WORD_COUNT_NAME)
+    archive = os.path.join(directory, WORD_COUNT_ARCHIVE)
+    if os.path.isfile(text_path):
+      with open(text_path, 'rb') as f:
+        return _parse_word_counts(f, vocab_size)
+    if os.path.isfile(archive):
+      with tarfile.open(archive, 'r:bz2') as tar:
+        member = tar.extractfile(WORD_COUNT_NAME)
+        return _parse_word_counts(member, vocab_size)
   return None
+
+
+def keras_datasets_dir() -> str:
+  """`tf.keras.utils.get_file`'s default: $KERAS_HOME/datasets, else ~/.keras/datasets."""
+  home = os.environ.get('KERAS_HOME') or os.path.join(os.path.expanduser('~'), '.keras')
+  return os.path.join(home, 'datasets')
 
 
 def _parse_word_counts(lines: Iterable[bytes], vocab_size: Optional[int]):
