@@ -147,3 +147,24 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_built(tmp_path, ca
   err = capsys.readouterr().err
   assert code == 2 and "float32 parameters" in err and "--max-memory" in err, err
   assert not out.exists()
+
+
+def test_one_call_quiets_tensorflow_in_a_users_script():
+  script = (
+    "import logging, sys\n"
+    "logging.basicConfig(level=logging.INFO)\n"
+    "import fedmf.console\n"
+    "fedmf.console.quiet_tensorflow()\n"
+    "import tensorflow as tf\n"
+    "tf.get_logger().info('Assets written to: x')\n"
+    "logging.getLogger('matplotlib.font_manager').info('generated new fontManager')\n"
+    "tf.get_logger().warning('a real warning')\n"
+  )
+  env = {k: v for k, v in os.environ.items() if not k.startswith("TF_")}
+  proc = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+    "WARNING:tensorflow:a real warning"
+  ]
