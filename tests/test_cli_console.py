@@ -134,6 +134,9 @@ def test_plurals_and_no_strategy_named_without_dp():
   first = simulate_cli.summary_lines(summary, "/nonexistent")[0]
   assert first.startswith("simulated 1 round of FedAvg without DP (1 of 1 client per round)")
   assert "blt" not in first
+  lines = simulate_cli.summary_lines({**summary, "zeroed_updates": 2}, "/nonexistent")
+  assert "  updates zeroed       2 (non-finite or above zeroing_linf" in "\n".join(lines)
+  assert "zeroed" not in "\n".join(simulate_cli.summary_lines(summary, "/nonexistent"))
   blt = strategies.load_strategy({"mechanism": "blt", "buf_decay": [0.5], "output_scale": [0.1]})
   assert blt.describe() == "blt (1 buffer)"
 

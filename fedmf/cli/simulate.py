@@ -166,6 +166,11 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
   else:
     lines.append(f"  privacy (audit)      epsilon {_epsilon(a['epsilon'])} at delta {a['delta']:g}")
   lines.append(f"  check-ins refused    {summary['refused_checkins']}")
+  if summary.get("zeroed_updates"):
+    lines.append(
+      f"  updates zeroed       {summary['zeroed_updates']} (non-finite or above zeroing_linf; "
+      "metrics.csv says which rounds)"
+    )
   lines.append(f"  violations           {summary['violations']}")
   report = Path(out) / "report.html"
   if report.is_file():

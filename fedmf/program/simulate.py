@@ -158,14 +158,15 @@ def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, re
           last_eval = loop.evaluate(run, record)
         records.append(record)
         metrics.write(record.to_dict())
-        bar.update(
-          r,
-          {
-            "loss": f"{record.loss:.3f}",
-            "accuracy": f"{last_eval['accuracy']:.4f}",
-            "epsilon": loop.format_epsilon(run.meter.epsilon(r + 1)),
-          },
-        )
+        fields = {
+          "loss": f"{record.loss:.3f}",
+          "accuracy": f"{last_eval['accuracy']:.4f}",
+          "epsilon": loop.format_epsilon(run.meter.epsilon(r + 1)),
+        }
+        zeroed = sum(x.zeroed for x in records)
+        if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
+          fields["zeroed"] = str(zeroed)
+        bar.update(r, fields)
   except BaseException:
     metrics.abort()
     bar.close()
