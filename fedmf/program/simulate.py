@@ -97,21 +97,24 @@ def run_simulation(
 
   out = Path(out_dir)
   outputs.check_output_dir(out, force, RUN_FILES)
-  for leftover in run_manifest.leftover_staging(out):
+  for leftover in run_manifest.leftover_staging(Path(os.path.realpath(out))):
     logger.warning("%s", run_manifest.leftover_message(leftover))
   start = time.perf_counter()
   with local_execution_context():
     run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
     # The run is written beside OUT and moved into place only when it has finished.
     run_id = run_manifest.new_run_id()
-    stage = run_manifest.staging_path(out, run_id)
+    # Beside the real directory (a symlinked OUT is followed): the final rename stays in one file
+    # system and replaces the directory, not the link.
+    real_out = Path(os.path.realpath(out))
+    stage = run_manifest.staging_path(real_out, run_id)
     stage.mkdir(parents=True)
     try:
       manifest = run_manifest.start(stage, "simulate", run_id, target=str(out))
       summary = _simulate_into(run, stage, run_id, start, progress, report, log)
       _rename_paths(stage, out)
       run_manifest.finish(stage, manifest)
-      run_manifest.replace_dir(stage, out)
+      run_manifest.replace_dir(stage, real_out)
     except BaseException:
       shutil.rmtree(stage, ignore_errors=True)
       raise

@@ -329,3 +329,16 @@ def test_a_file_written_by_tff_without_index_trains_read_only_and_unchanged(
     directory.chmod(stat.S_IRWXU)
   assert path.read_bytes() == before
   assert sorted(p.name for p in directory.iterdir()) == ["stackoverflow.sqlite"]
+
+
+def test_a_symlinked_out_keeps_its_link_and_gets_the_run(tmp_path, capsys):
+  real = tmp_path / "real"
+  link = tmp_path / "link"
+  assert cli_main.main(_simulate_args(real, ["rounds=2"])) == 0
+  link.symlink_to(real, target_is_directory=True)
+  assert cli_main.main(_simulate_args(link, ["rounds=3"], "--force")) == 0
+  capsys.readouterr()
+  assert (
+    link.is_symlink() and json.loads((real / "summary.json").read_text())["rounds_completed"] == 3
+  )
+  assert _staging(real) == [] and _staging(link) == []
