@@ -175,8 +175,19 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
   report = Path(out) / "report.html"
   if report.is_file():
     lines.append(f"  report               {report}")
-  lines.append(
-    f"  outputs              {out} (summary.json, metrics.csv, participation.csv, strategy.json, "
-    "audit.json, report.md, epsilon_curve.csv, plots, run.json)"
+  names = (
+    "summary.json",
+    "metrics.csv",
+    "participation.csv",
+    "strategy.json",
+    "audit.json",
+    "report.md",
+    "epsilon_curve.csv",
+    "run.json",
   )
+  present = [name for name in names if (Path(out) / name).is_file()]
+  if any(Path(out).glob("*.png")):
+    present.insert(-1, "plots")
+  listed = f" ({', '.join(present)})" if present else ""
+  lines.append(f"  outputs              {out}{listed}")
   return lines
