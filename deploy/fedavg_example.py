@@ -5,7 +5,7 @@ This is the deployment pattern (mission 3): the aggregator is a plain
 `tff.aggregators.UnweightedAggregationFactory`, so any TFF training program can use it,
 unweighted directly or weighted through `tff.aggregators.as_weighted_aggregator`.
 
-  python deploy/fedavg_example.py --strategy out/demo/blt.json --rounds 5 --noise-multiplier 1.0 --weighted
+  python deploy/fedavg_example.py --strategy out/demo/strategy.json --rounds 5 --noise-multiplier 1.0 --weighted
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ def _finished_with(run_dir: Path, config: dict) -> bool:
   """True if `run_dir` holds a finished run of exactly this resolved config."""
   try:
     stored = json.loads((run_dir / "config.json").read_text())
+    stored.pop("run_id", None)  # Which run wrote it, not part of the config.
     return stored == json.loads(json.dumps(config)) and (run_dir / "summary.json").is_file()
   except (OSError, ValueError):
     return False

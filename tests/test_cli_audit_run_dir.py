@@ -3,7 +3,6 @@ privacy statement a log supports, and `--report` refusals before any work (issue
 
 import csv
 import json
-import math
 import os
 from pathlib import Path
 
@@ -222,7 +221,8 @@ def test_no_dp_states_no_guarantee_and_no_epsilon(tmp_path, capsys):
   assert "No privacy guarantee: the noise multiplier is 0" in out
   assert "-DP" not in out and "epsilon" not in out.split("privacy statement:")[1].split("\n")[1]
   got = json.loads((tmp_path / "rep" / "audit.json").read_text())
-  assert got["privacy_guarantee"] is False and math.isinf(got["epsilon"])
+  # No finite epsilon: strict JSON writes null, never Infinity (issue 26, A.3).
+  assert got["privacy_guarantee"] is False and got["epsilon"] is None
   assert not (tmp_path / "rep" / "epsilon_vs_rounds.png").exists()  # no ε to follow
   assert "No privacy guarantee" in (tmp_path / "rep" / "report.html").read_text()
 

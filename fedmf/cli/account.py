@@ -6,9 +6,9 @@ Notation as docs/architecture.md: --min-sep is the gap b (|i-j| ≥ b), never b-
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from fedmf import jsonio
 from fedmf.cli import common
 from fedmf.errors import FedmfUserError
 
@@ -116,6 +116,12 @@ def run(args: argparse.Namespace) -> int:
   print(f"{label}: {result.noise_multiplier:.6g}")
   print(f"rho (zCDP): {result.rho:.6g}")
   print(f"epsilon: {result.epsilon:.6g} at delta = {result.delta:g} ({result.accountant})")
+  if result.epsilon == 0:
+    # Not a rounding: with this much noise (0, delta)-DP holds, so every smaller target is met.
+    print(
+      f"note: epsilon 0 is not a rounding: (0, {result.delta:g})-DP holds, the privacy loss "
+      "exceeds 0 only with probability delta"
+    )
   if result.sensitivity_method == "lower-bound":
     print("warning: the sensitivity is a lower bound; epsilon is not a guarantee")
   return 0
@@ -128,7 +134,7 @@ def _print_head(args, strategy, fields: dict, participation: str) -> bool:
   if args.target_epsilon is not None:
     out["target_epsilon"] = args.target_epsilon
   if args.json:
-    print(json.dumps(out))
+    print(jsonio.json_text(out, indent=None))
     return True
   print(f"strategy: {args.strategy} ({strategy.describe()})")
   print(f"participation: {participation}")

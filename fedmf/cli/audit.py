@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from fedmf import jsonio
 from fedmf.cli import common
 from fedmf.errors import FedmfUserError
 
@@ -299,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
     )
   verdict = result.verdict()
   if args.json:
-    print(json.dumps(result.to_dict()))
+    print(jsonio.json_text(result.to_dict(), indent=None))
     for w in result.warnings:
       print(f"fedmf audit: warning: {w}", file=sys.stderr)
   else:

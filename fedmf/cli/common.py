@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+import tempfile
 from pathlib import Path
 
 from fedmf.errors import FedmfUserError
@@ -133,6 +135,8 @@ def check_writable(path: str) -> None:
     parent = Path(path).resolve().parent
   except (OSError, ValueError, RuntimeError) as e:  # e.g. an embedded NUL, a symlink loop
     raise FedmfUserError(f"cannot use output path {path!r}: {e}") from None
+  if parent.exists() and not parent.is_dir():
+    raise FedmfUserError(f"cannot write {path}: {parent} is a file, not a directory")
   if not parent.is_dir():
     raise FedmfUserError(f"output directory does not exist: {parent}")
   if not os.access(parent, os.W_OK):
@@ -182,14 +186,18 @@ def add_resource_args(parser: argparse.ArgumentParser) -> None:
     type=gib,
     default=None,
     metavar="GIB",
-    help="refuse work whose estimated peak memory exceeds this many GiB (default: 4)",
+    help="refuse work whose estimated peak memory exceeds this many GiB: the strategy math, the "
+    "accountant, the audit, and for training the model, optimizer and noise state "
+    "(default: 4)",
   )
   parser.add_argument(
     "--max-seconds",
     type=positive_float,
     default=None,
     metavar="S",
-    help="refuse work whose estimated time exceeds this many seconds (default: 120)",
+    help="refuse work whose estimated time exceeds this many seconds: the strategy math "
+    "(optimizing, sensitivity, evaluation), the PLD accountant and the audit's log scan are "
+    "estimated; training rounds and data loading are not (default: 120)",
   )
 
 
@@ -230,6 +238,24 @@ def check_output_dir(path: str, flag: str, names: tuple[str, ...], force: bool =
   check_creatable_dir(path)
 
 
+_ACCOUNTANT_HINT = re.compile(
+  r"[;,]?\s*(or )?use --accountant analytic( \([^)]*\))?( or a larger delta)?"
+)
+
+
+def without_accountant_hint(error: FedmfUserError) -> FedmfUserError:
+  """The error for a command without --accountant (simulate, train): the accountant's advice to use
+  `--accountant analytic` names a flag the command does not have, so it is replaced."""
+  message = str(error)
+  if "--accountant" not in message:
+    return error
+  message = _ACCOUNTANT_HINT.sub("", message).rstrip("; ")
+  return FedmfUserError(
+    f"{message} (this command accounts with PLD only: lower noise_multiplier or raise delta; "
+    "fedmf account --accountant analytic gives the exact curve)"
+  )
+
+
 def check_creatable_dir(path: str) -> None:
   """Fails early if directory `path` can be neither used nor created (nearest existing ancestor)."""
   target = Path(path).resolve()
@@ -242,3 +268,12 @@ def check_creatable_dir(path: str) -> None:
     raise FedmfUserError(f"cannot create {target}: {ancestor} is not a directory")
   if not os.access(ancestor, os.W_OK):
     raise FedmfUserError(f"output directory is not writable: {ancestor}")
+  if not target.exists():
+    # Some file systems (/proc, /sys, a read-only mount) refuse new directories whatever the
+    # permission bits say: try one now rather than after minutes of work.
+    try:
+      os.rmdir(tempfile.mkdtemp(prefix=".fedmf-probe-", dir=ancestor))
+    except OSError as e:
+      raise FedmfUserError(
+        f"cannot create {target}: {ancestor} does not accept new directories ({e.strerror})"
+      ) from None

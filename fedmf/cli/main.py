@@ -19,8 +19,10 @@ import logging
 import os
 import signal
 import sys
+import warnings
 
 from fedmf import __version__
+from fedmf import console
 from fedmf.cli import quiet
 from fedmf.errors import FedmfRuntimeError, FedmfUserError
 from fedmf.mf import resources
@@ -82,13 +84,18 @@ def main(argv: list[str] | None = None) -> int:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   parser = build_parser()
   args = parser.parse_args(argv)
+  # One voice on the console: fedmf's INFO lines (with timestamps) only with -v; TensorFlow's, absl's
+  # and matplotlib's INFO lines never (fedmf.console).
   logging.basicConfig(
-    level=logging.DEBUG if args.verbose else logging.INFO,
-    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    level=logging.DEBUG if args.verbose else logging.WARNING,
+    format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if args.verbose
+    else "%(name)s: %(levelname)s: %(message)s",
     stream=sys.stderr,
   )
-  # absl (TFF) logs per-model INFO lines such as "Adding default num_examples metric".
-  logging.getLogger("absl").setLevel(logging.WARNING)
+  console.quiet_loggers()
+  # matplotlib warns about a legend without labels (an empty plot of a report); not the user's.
+  warnings.filterwarnings("ignore", message="No artists with labels", category=UserWarning)
   if not getattr(args, "func", None):
     parser.print_help()
     return 0 if args.command is None else 2

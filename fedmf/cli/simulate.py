@@ -8,7 +8,6 @@ next-word data, lstm-small, BLT, a client timer counted in rounds). Any config k
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -16,13 +15,16 @@ from typing import Any
 
 from fedmf.cli import common
 from fedmf.cli import quiet
+from fedmf.errors import FedmfUserError
 
 DESCRIPTION = """\
 Simulate differentially private federated training (the papers' FedSGDM as TFF computations) with a
 correlated-noise mechanism under a realistic participation model, then audit the participation log
 the run wrote. Outputs in OUT: config.json, plan.json, participation.csv, metrics.csv, tensorboard/,
-strategy.json, audit.json, report.html (the audit, with plots) and summary.json; `fedmf audit OUT`
-audits the run again from these files.
+strategy.json, audit.json, report.html and report.md (the audit), epsilon_curve.csv and the plots
+(*.png), summary.json, and run.json (the run id and every file's sha256); `fedmf audit OUT` audits
+the run again from these files. The run is written beside OUT and replaces it only once finished:
+an interrupted run leaves OUT as it was.
 
 Config keys (YAML; see docs/simulation.md): task (synthetic | stackoverflow), num_clients, model
 (lstm-small | lstm-paper), vocab_size, rounds, clients_per_round, mechanism (dpsgd | tree | bandmf |
@@ -91,16 +93,21 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
   config = load(args)  # Validated (the strategy file included) before TensorFlow is imported.
   common.check_creatable_dir(args.out)
+  from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
+
+  outputs.check_output_dir(Path(args.out), args.force, outputs.RUN_MARKERS)
   quiet.import_tensorflow_quietly()
   from fedmf.program.simulate import run_simulation  # pylint: disable=g-import-not-at-top
 
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
-  summary = run_simulation(
-    config, args.out, progress=not args.no_progress, force=args.force, log=log
-  )
+  try:
+    summary = run_simulation(
+      config, args.out, progress=not args.no_progress, force=args.force, log=log
+    )
+  except FedmfUserError as e:
+    raise common.without_accountant_hint(e) from None
   if args.json:
-    json.dump(summary, sys.stdout, default=str)
-    print()
+    print(outputs.json_text(summary, indent=None))
     return 0
   for line in summary_lines(summary, args.out):
     print(line)
@@ -116,10 +123,17 @@ def _epsilon(value: Any) -> str:
 def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
   """The end-of-run summary in words: every number once, every artifact once, no None."""
   a = summary["audit"]
-  dp = "DP FedAvg" if summary["noise_multiplier"] else "FedAvg without DP"
+  from fedmf.program.outputs import plural  # pylint: disable=g-import-not-at-top
+
+  # Without DP no noise is added: naming the strategy would say it was used.
+  dp = (
+    f"DP FedAvg ({summary['strategy']}, "
+    if summary["noise_multiplier"]
+    else ("FedAvg without DP (")
+  )
   lines = [
-    f"simulated {summary['rounds_completed']} rounds of {dp} ({summary['strategy']}, "
-    f"{summary['clients_per_round']} of {summary['num_clients']} clients per round) in "
+    f"simulated {plural(summary['rounds_completed'], 'round')} of {dp}"
+    f"{summary['clients_per_round']} of {plural(summary['num_clients'], 'client')} per round) in "
     f"{summary['seconds']:.1f} s"
   ]
   final = summary.get("final_test_accuracy")
@@ -152,12 +166,28 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
   else:
     lines.append(f"  privacy (audit)      epsilon {_epsilon(a['epsilon'])} at delta {a['delta']:g}")
   lines.append(f"  check-ins refused    {summary['refused_checkins']}")
+  if summary.get("zeroed_updates"):
+    lines.append(
+      f"  updates zeroed       {summary['zeroed_updates']} (non-finite or above zeroing_linf; "
+      "metrics.csv says which rounds)"
+    )
   lines.append(f"  violations           {summary['violations']}")
   report = Path(out) / "report.html"
   if report.is_file():
     lines.append(f"  report               {report}")
-  lines.append(
-    f"  outputs              {out} (summary.json, metrics.csv, participation.csv, strategy.json, "
-    "audit.json)"
+  names = (
+    "summary.json",
+    "metrics.csv",
+    "participation.csv",
+    "strategy.json",
+    "audit.json",
+    "report.md",
+    "epsilon_curve.csv",
+    "run.json",
   )
+  present = [name for name in names if (Path(out) / name).is_file()]
+  if any(Path(out).glob("*.png")):
+    present.insert(-1, "plots")
+  listed = f" ({', '.join(present)})" if present else ""
+  lines.append(f"  outputs              {out}{listed}")
   return lines

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import sys
 import time
 from typing import Any, Optional
 
+from fedmf import jsonio
 from fedmf.cli import common
 from fedmf.errors import FedmfUserError
 
@@ -107,7 +107,9 @@ def add_parser(subparsers: Any) -> None:
   common.add_resource_args(opt)
   opt.add_argument("--json", action="store_true", help="print the evaluation of the result as JSON")
   opt.add_argument(
-    "--no-progress", action="store_true", help="no progress bar (shown only on a terminal)"
+    "--no-progress",
+    action="store_true",
+    help="no progress bar (on a terminal) or progress lines (every 10 s otherwise)",
   )
   opt.set_defaults(func=run_optimize)
 
@@ -194,7 +196,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
   result = evaluation.evaluate(strategy, schema, workload=args.workload, method=args.sensitivity)
   out = _evaluation_dict(result, args.noise_multiplier)
   if args.json:
-    json.dump(out, sys.stdout)
+    sys.stdout.write(jsonio.json_text(out, indent=None))
     print()
   else:
     _print_evaluation(args.strategy, out)
@@ -202,25 +204,38 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-  """A tqdm bar fed by the optimizers' `progress(dict)` callbacks (to stderr)."""
+  """The optimizers' `progress(dict)` callbacks shown on stderr: a tqdm bar on a terminal, else a
+  plain line at most every `every_seconds` (a long optimization is never silent in a log)."""
 
-  def __init__(self, enabled: bool, total: Optional[int], desc: str):
+  def __init__(self, enabled: bool, total: Optional[int], desc: str, every_seconds: float = 10.0):
     self._bar = None
-    if enabled:
+    self._enabled = enabled
+    self._desc, self._total, self._steps = desc, total, 0
+    self._every, self._last = every_seconds, time.monotonic()
+    if enabled and sys.stderr.isatty():
       from tqdm import tqdm
 
       self._bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True, leave=True)
 
   def __call__(self, info: dict[str, Any]) -> None:
-    if self._bar is None:
+    if not self._enabled:
       return
-    self._bar.update(1)
+    self._steps += 1
     postfix = {
       k: (f"{v:.6g}" if isinstance(v, float) else v)
       for k, v in info.items()
       if k in ("loss", "start", "buffers", "objective", "bands")
     }
-    self._bar.set_postfix(postfix, refresh=False)
+    if self._bar is not None:
+      self._bar.update(1)
+      self._bar.set_postfix(postfix, refresh=False)
+      return
+    now = time.monotonic()
+    if now - self._last >= self._every:
+      self._last = now
+      of = f"/{self._total}" if self._total else ""
+      fields = "  ".join(f"{k} {v}" for k, v in postfix.items())
+      print(f"{self._desc}: step {self._steps}{of}  {fields}".rstrip(), file=sys.stderr, flush=True)
 
   def close(self) -> None:
     if self._bar is not None:
@@ -262,8 +277,8 @@ def run_optimize(args: argparse.Namespace) -> int:
     mechanism.optimize_cost(schema, options), f"optimizing {args.mechanism} at n={args.n}"
   )
   total = args.max_iter if args.mechanism == "bandmf" else None
-  bar = _Progress(  # A bar redraws its line with \r: only on a terminal.
-    not args.no_progress and args.mechanism not in ("dpsgd", "tree") and sys.stderr.isatty(),
+  bar = _Progress(  # A bar on a terminal (it redraws its line with \r), else plain lines.
+    not args.no_progress and args.mechanism not in ("dpsgd", "tree"),
     total,
     f"optimize {args.mechanism}",
   )
@@ -296,7 +311,7 @@ def run_optimize(args: argparse.Namespace) -> int:
   out["out"] = args.out
   out["optimizer_seconds"] = seconds
   if args.json:
-    json.dump(out, sys.stdout)
+    sys.stdout.write(jsonio.json_text(out, indent=None))
     print()
   else:
     _print_evaluation(args.out, out)

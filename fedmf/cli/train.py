@@ -7,11 +7,13 @@ same model and noise as an uninterrupted run. See deploy/README.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from fedmf.cli import common
+from fedmf.cli import quiet
+from fedmf.errors import FedmfUserError
 from fedmf.cli import simulate as simulate_cli
 
 DESCRIPTION = """\
@@ -48,21 +50,30 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from fedmf.program import loop  # pylint: disable=g-import-not-at-top
-  from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
+  from fedmf.program import run_manifest  # pylint: disable=g-import-not-at-top
 
+  # Everything that can be refused is refused before TensorFlow is imported (seconds).
   config = simulate_cli.load(args)
   common.check_creatable_dir(args.root)
+  run_manifest.check_train_root(Path(args.root))
+  quiet.import_tensorflow_quietly()
+  from fedmf.program import loop  # pylint: disable=g-import-not-at-top
+  from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
+  from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
+
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
-  summary = run_training(config, args.root, progress=not args.no_progress, log=log)
+  try:
+    summary = run_training(config, args.root, progress=not args.no_progress, log=log)
+  except FedmfUserError as e:
+    raise common.without_accountant_hint(e) from None
   if args.json:
-    json.dump(summary, sys.stdout, default=str)
-    print()
+    print(outputs.json_text(summary, indent=None))
     return 0
   a = summary["audit"]
   how = "stopped by the privacy budget" if summary["stopped_by_budget"] else "complete"
   print(
-    f"trained {summary['rounds_completed']} of {summary['rounds']} rounds ({how}) in {args.root}"
+    f"trained {summary['rounds_completed']} of {outputs.plural(summary['rounds'], 'round')} "
+    f"({how}) in {args.root}"
   )
   final = summary["final_test_accuracy"]
   print(

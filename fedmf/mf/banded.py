@@ -90,7 +90,7 @@ class BandMF(strategy_lib.Strategy):
     return {"n": self.n, "bands": self.bands, "columns": self.columns}
 
   def describe(self) -> str:
-    return f"bandmf (n={self.n}, {self.bands} bands)"
+    return f"bandmf (n={self.n}, {self.bands} band{'s' if self.bands != 1 else ''})"
 
   @property
   def horizon(self) -> int:

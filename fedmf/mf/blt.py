@@ -87,7 +87,7 @@ class Blt(strategy_lib.Strategy):
     return {'buf_decay': self.buf_decay.tolist(), 'output_scale': self.output_scale.tolist()}
 
   def describe(self) -> str:
-    return f'blt ({self.num_buffers} buffers)'
+    return f'blt ({self.num_buffers} buffer{"s" if self.num_buffers != 1 else ""})'
 
   def toeplitz_coefs(self, n: int) -> np.ndarray:
     self.check_horizon(n)

@@ -104,9 +104,27 @@ def positive_int(obj: Mapping[str, Any], key: str) -> int:
   return whole
 
 
+# Keys a strategy file may hold besides its mechanism's fields: what fedmf writes about how it was
+# made (`fedmf strategy optimize`, the plan cache), and a free-text note.
+METADATA_FIELDS = ("optimized_for", "loss", "optimizer_seconds", "note")
+
+
 def extra_fields(obj: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
-  """The keys a mechanism does not read, kept as metadata (e.g. 'optimized_for')."""
-  return {k: v for k, v in obj.items() if k not in known and k != "mechanism"}
+  """The metadata keys of `obj` (kept and written back); any other unknown key is refused, as a
+  config file refuses one: a misspelt field would otherwise be ignored silently."""
+  extra = {k: v for k, v in obj.items() if k not in known and k != "mechanism"}
+  unknown = [k for k in extra if k not in METADATA_FIELDS]
+  if unknown:
+    import difflib  # pylint: disable=g-import-not-at-top
+
+    close = difflib.get_close_matches(str(unknown[0]), list(known) + list(METADATA_FIELDS), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise StrategyError(
+      f"unknown strategy field {short_repr(unknown[0])}{hint} for mechanism "
+      f"{short_repr(obj.get('mechanism'))}; its fields: {', '.join(known) or 'none'}; metadata: "
+      f"{', '.join(METADATA_FIELDS)}"
+    )
+  return extra
 
 
 def check_lower_triangular(c: np.ndarray, what: str) -> None:

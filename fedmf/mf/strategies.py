@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Union
 
+from fedmf import jsonio
 from fedmf.mf import resources
 from fedmf.mf.banded import BandMF
 from fedmf.mf.blt import Blt
@@ -148,7 +149,7 @@ def save_strategy(strategy: Strategy, path: Union[str, os.PathLike], **metadata:
   path = Path(path)
   tmp = path.with_name(path.name + ".tmp")
   try:
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    tmp.write_text(jsonio.json_text(obj) + "\n")
     os.replace(tmp, path)
   except OSError as e:
     raise StrategyError(f"cannot write strategy file {path}: {e.strerror or e}") from None

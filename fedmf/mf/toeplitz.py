@@ -183,7 +183,7 @@ class BandToeplitz(strategy_lib.Strategy):
 
   def describe(self) -> str:
     norm = ', column-normalized' if self.column_normalized else ''
-    return f'band-toeplitz ({self.bands} bands{norm})'
+    return f'band-toeplitz ({self.bands} band{"s" if self.bands != 1 else ""}{norm})'
 
   # --- conditioning ---------------------------------------------------------------------------
 

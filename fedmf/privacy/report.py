@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fedmf import jsonio
 from fedmf import __version__
 from fedmf.privacy import audit as audit_lib
 
@@ -900,7 +901,7 @@ def write_report(
       "report.md",
       _markdown(result, plots, hashes, max_violations, metrics).encode("utf-8"),
     ),
-    "json": ("audit.json", (json.dumps(data, indent=1) + "\n").encode("utf-8")),
+    "json": ("audit.json", (jsonio.json_text(data) + "\n").encode("utf-8")),
   }
   if result.curve is not None:
     files["curve"] = ("epsilon_curve.csv", _curve_csv(result.curve).encode("utf-8"))

@@ -194,7 +194,9 @@ class TrainingConfig:
       raise ConfigError("warmup_fraction + cooldown_fraction must not exceed 1")
     if self.task == "stackoverflow" and self.data_dir is None:
       raise ConfigError(
-        "task stackoverflow needs the data directory: --data-dir DIR (holding stackoverflow.sqlite)"
+        "task stackoverflow needs stackoverflow.sqlite: not in TFF's cache "
+        f"({os.path.join(tff_cache_dir(), 'stackoverflow.sqlite')}) and no --data-dir DIR given; "
+        "tff.simulation.datasets.stackoverflow.load_data() fills TFF's cache"
       )
     for key in ("seed", "noise_seed"):
       value = getattr(self, key)
@@ -206,6 +208,7 @@ class TrainingConfig:
       self.participation.validate()
     except FedmfUserError as e:
       raise ConfigError(str(e)) from None
+    self._check_effective()
     if self.strategy is not None:
       self._check_strategy_file()
     return self
@@ -241,6 +244,54 @@ class TrainingConfig:
     from fedmf.tff import channels  # pylint: disable=g-import-not-at-top
 
     return channels.TLSFiles.from_mapping(dataclasses.asdict(self.worker_tls))
+
+  def _check_effective(self) -> None:
+    """Refuses a value the chosen settings ignore (issue 26, C.9): a key that has no effect is a
+    mistake the user would otherwise never see (it is even stored in config.json)."""
+    p, default = self.participation, ParticipationConfig()
+    if p.min_sep is not None:
+      _at_least("participation.min_sep", p.min_sep, 1)
+    if p.max_participations is not None:
+      _at_least("participation.max_participations", p.max_participations, 1)
+    wall_clock = p.model == "timer" and p.timer_unit == "hours"
+    ignored = []
+    if wall_clock and p.min_sep is not None:
+      ignored.append(("participation.min_sep", "the hours timer counts participation.timer_hours"))
+    if p.model != "timer" and p.timer_unit != default.timer_unit:
+      ignored.append(("participation.timer_unit", f"participation.model is {p.model}, not timer"))
+    if not wall_clock:
+      why = (
+        "participation.timer_unit is not hours"
+        if p.model == "timer"
+        else (f"participation.model is {p.model}, not timer")
+      )
+      for key in (
+        "timer_hours",
+        "round_minutes",
+        "round_jitter",
+        "night_availability",
+        "day_availability",
+      ):
+        if getattr(p, key) != getattr(default, key):
+          ignored.append((f"participation.{key}", f"it sets the hours timer, and {why}"))
+    if p.model != "timer":
+      for key in ("max_participations", "server_guard"):
+        if getattr(p, key) != getattr(default, key):
+          ignored.append((f"participation.{key}", f"participation.model is {p.model}, not timer"))
+    if self.strategy is None:
+      if self.bands is not None and self.mechanism != "bandmf":
+        ignored.append(("bands", f"mechanism is {self.mechanism}, not bandmf"))
+      if self.buffers is not None and self.mechanism != "blt":
+        ignored.append(("buffers", f"mechanism is {self.mechanism}, not blt"))
+    else:
+      for key in ("bands", "buffers"):
+        if getattr(self, key) is not None:
+          ignored.append((key, "a strategy file is given"))
+    if self.force_strategy and self.strategy is None:
+      ignored.append(("force_strategy", "no strategy file is given"))
+    if ignored:
+      key, why = ignored[0]
+      raise ConfigError(f"{key} has no effect here ({why}): remove it, or change the setting")
 
   def _check_strategy_file(self) -> None:
     """Loads the strategy file now, before any work: a file that does not load, a strategy that
@@ -404,6 +455,11 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
   return obj
 
 
+def tff_cache_dir() -> str:
+  """Where TFF's dataset loaders keep their files (`download.get_compressed_file`: ~/.tff)."""
+  return os.path.join(os.path.expanduser("~"), ".tff")
+
+
 def load_config(
   path: Optional[str | os.PathLike], overrides: Sequence[str] = (), data_dir: Optional[str] = None
 ) -> TrainingConfig:
@@ -412,6 +468,10 @@ def load_config(
   raw = apply_overrides(raw, overrides)
   if data_dir is not None:
     raw["data_dir"] = str(data_dir)
+  elif raw.get("task") == "stackoverflow" and not raw.get("data_dir"):
+    # Where tff.simulation.datasets.stackoverflow.load_data() leaves the file (issue 26, B.7).
+    if os.path.isfile(os.path.join(tff_cache_dir(), "stackoverflow.sqlite")):
+      raw["data_dir"] = tff_cache_dir()
   try:
     return _build(TrainingConfig, raw).validate()
   except RecursionError:
@@ -419,5 +479,6 @@ def load_config(
 
 
 def config_from_dict(obj: Mapping[str, Any]) -> TrainingConfig:
-  """A validated config from a plain dict (e.g. a run's config.json)."""
+  """A validated config from a plain dict (e.g. a run's config.json, whose run_id is not a key)."""
+  obj = {k: v for k, v in obj.items() if k != "run_id"}
   return _build(TrainingConfig, obj).validate()

@@ -33,6 +33,7 @@ from fedmf.program import plan as plan_lib
 from fedmf.program import server as server_lib
 from fedmf.program.config import ConfigError, TrainingConfig
 from fedmf.program.meter import PrivacyMeter
+from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger("fedmf.train")
 
@@ -87,6 +88,29 @@ class TrainingRun:
     return self.config.clip_norm * self.plan.training_noise_multiplier
 
 
+class TrainingDiverged(FedmfUserError):
+  """A round whose loss or model is not finite: the run stops before releasing it (one line)."""
+
+
+def check_finite(run: TrainingRun, round_index: int, result) -> None:
+  """Stops the run at the first non-finite training loss or model weight (issue 26, A.3).
+
+  A loss of nan or inf means some client's local training diverged (its update may have been
+  zeroed, but the recipe is broken); a non-finite weight would poison every later round. Zeroed
+  updates alone do not stop a run: they are counted (metrics.csv `zeroed`, summary.json).
+  """
+  what = None
+  if result.clients and not math.isfinite(result.loss):  # (TFF counts no examples then)
+    what = f"the training loss is {result.loss}"
+  elif not all(np.all(np.isfinite(w)) for w in run.server.weights):
+    what = "the model has non-finite weights"
+  if what is not None:
+    raise TrainingDiverged(
+      f"round {round_index}: training diverged ({what}); stopped before releasing the round: "
+      "lower client_learning_rate or server_learning_rate"
+    )
+
+
 def poisson_groups(config: TrainingConfig) -> Optional[int]:
   """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1."""
   if config.participation.model != "cyclic_poisson" or config.participation.min_sep is not None:
@@ -98,6 +122,31 @@ def poisson_groups(config: TrainingConfig) -> Optional[int]:
   raise ConfigError(
     "participation.model cyclic_poisson needs participation.min_sep (the number of "
     "groups; bandmf: its bands)"
+  )
+
+
+# Model copies a run holds besides the TFF call: the task's Keras model, the server's weights,
+# momentum, noisy mean and clipped sum, and the prefetched noise.
+HOST_MODEL_COPIES = 6
+# Per client in one TFF call: about 54 MB for the 4.05M-parameter LSTM (16.2 MB of weights), i.e.
+# 3.3 model copies (weights, gradients, optimizer slots, the update), measured for CLIENTS_PER_CALL.
+CLIENT_MODEL_COPIES = 3.3
+
+
+def model_state_cost(config: TrainingConfig) -> resources.Cost:
+  """The model, optimizer and client-call state of the config's model, before any is allocated
+  (issue 26, A.5); the noise stream's buffers are estimated once the strategy is known."""
+  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+
+  params = models.count_params(config.model, config.vocab_size)
+  per_call = min(
+    config.clients_per_round, CLIENTS_PER_CALL.get(config.model, config.clients_per_round)
+  )
+  copies = HOST_MODEL_COPIES + CLIENT_MODEL_COPIES * per_call
+  return resources.Cost.of(
+    f"{params:,} float32 parameters x {copies:.0f} copies (model, server optimizer, noise, "
+    f"{per_call} clients per TFF call)",
+    4.0 * params * copies,
   )
 
 
@@ -117,6 +166,10 @@ def build_run(
   from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
+  if task is None:
+    resources.check(
+      model_state_cost(config), f"training {config.model} at vocab_size {config.vocab_size}"
+    )
   task = build_task(config) if task is None else task
   if config.clients_per_round > task.num_clients:
     raise ConfigError(
@@ -213,6 +266,7 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     lr,
     c.server_momentum,
   )
+  check_finite(run, r, result)
   run.meter.record(r, cohort.clients)
   return RoundRecord(
     round=r,

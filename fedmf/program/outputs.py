@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from fedmf import jsonio
 
 METRIC_COLUMNS = (
   "round",
@@ -37,24 +38,10 @@ METRIC_COLUMNS = (
 )
 
 
-def write_json(path: Path, obj: Any) -> None:
-  """JSON written atomically (temporary file in the same directory, then rename)."""
-  path = Path(path)
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  tmp.write_text(json.dumps(obj, indent=1, default=_json_default, allow_nan=True) + "\n")
-  os.replace(tmp, path)
-
-
-def _json_default(value):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  if isinstance(value, np.generic):
-    return value.item()
-  if isinstance(value, np.ndarray):
-    return value.tolist()
-  if isinstance(value, Path):
-    return str(value)
-  raise TypeError(f"not JSON serializable: {type(value).__name__}")
+# The one JSON writer (strict JSON: null, never NaN), kept where every layer can import it.
+strict_json = jsonio.strict_json
+json_text = jsonio.json_text
+write_json = jsonio.write_json
 
 
 def _cell(value) -> str:
@@ -144,20 +131,62 @@ class Progress:
       self._bar.close()
 
 
+# Files that show a directory holds a run (--force needed to replace it).
+RUN_MARKERS = ("summary.json", "participation.csv", "metrics.csv", "config.json", "audit.json")
+
+# What a run directory holds besides its own files (a `fedmf train` ROOT, a rerun's report).
+_RUN_ENTRIES = (
+  "run.json",
+  "plan.json",
+  "strategy.json",
+  "summary.json",
+  "config.json",
+  "metrics.csv",
+  "participation.csv",
+  "audit.json",
+  "report.html",
+  "report.md",
+  "epsilon_curve.csv",
+  "tensorboard",
+  "release",
+  "state",
+  "journal.csv",
+)
+
+
 def check_output_dir(out: Path, force: bool, marker_files: tuple[str, ...]) -> None:
-  """Refuses an output directory holding another run's files, unless `force`."""
+  """Refuses an output directory holding another run's files, unless `force`, and a directory
+  holding files no run wrote (--force replaces the directory as a whole: they would be lost)."""
   from fedmf.errors import FedmfUserError  # pylint: disable=g-import-not-at-top
 
   out = Path(out)
   if out.exists() and not out.is_dir():
     raise FedmfUserError(f"output path exists and is not a directory: {out}")
-  if out.is_dir() and not force:
-    found = [name for name in marker_files if (out / name).exists()]
-    if found:
-      raise FedmfUserError(
-        f"{out} already holds a run ({found[0]}); choose another --out or pass "
-        "--force to overwrite it"
-      )
+  if not out.is_dir():
+    return
+  found = [name for name in marker_files + ("run.json",) if (out / name).exists()]
+  if found and not force:
+    raise FedmfUserError(
+      f"{out} already holds a run ({found[0]}); choose another --out or pass --force to replace it"
+    )
+  foreign = sorted(
+    entry.name
+    for entry in out.iterdir()
+    if not entry.name.startswith(".")
+    and entry.name not in _RUN_ENTRIES
+    and not (entry.is_file() and entry.suffix == ".png")
+  )
+  if foreign:
+    shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    raise FedmfUserError(
+      f"{out} holds files that are not a fedmf run's ({shown}); a run replaces its --out "
+      "directory as a whole: choose a new or empty directory"
+    )
+
+
+def plural(count: int, word: str) -> str:
+  """'1 round', '2 rounds'."""
+  return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def optional_float(value: Optional[float]) -> Optional[float]:

@@ -5,7 +5,9 @@ One concept: the privacy inputs of a finished (or stopped) run, from the files `
 
   plan.json       σ as accounted (noise_multiplier), δ, the declared schema, the cheap-simulation note
   strategy.json   the strategy the noise came from (`fedmf.mf.strategies.save_strategy`)
-  summary.json    rounds_completed (absent while a run is unfinished)
+  run.json        the run id and the sha256 of every file (`fedmf.program.run_manifest`): a
+                  directory mixing runs, or holding an unfinished one, is refused
+  summary.json    rounds_completed
   config.json     the resolved config (rounds, delta), a fallback for plan.json's values
   participation.csv (or .csv.gz, .jsonl, .jsonl.gz, .parquet)   the participation log
 
@@ -126,7 +128,11 @@ def read_run(path: str | Path) -> RunInputs:
   """The privacy inputs of run directory `path` (validated; one-line errors naming the file)."""
   from fedmf.mf.schema import ParticipationSchema  # pylint: disable=g-import-not-at-top
 
+  from fedmf.program import run_manifest  # pylint: disable=g-import-not-at-top
+
   directory = Path(path)
+  # Files of one finished run only (run.json): never one run's log with another run's sigma.
+  legacy_note = run_manifest.check(directory)
   logs = [directory / name for name in LOG_NAMES if (directory / name).is_file()]
   if not logs:
     raise RunDirError(
@@ -142,7 +148,7 @@ def read_run(path: str | Path) -> RunInputs:
   summary = _read_json(summary_path) or {}
   config = _read_json(config_path) or {}
   sources: dict[str, str] = {}
-  notes: list[str] = []
+  notes: list[str] = [legacy_note] if legacy_note else []
 
   sigma = _number(plan, "noise_multiplier", plan_path)
   if sigma is not None:

@@ -11,12 +11,18 @@ One concept: a simulation run from a config to its outputs in OUT:
   audit.json, report.html, report.md, plots   the audit of participation.csv (`fedmf audit OUT`)
   summary.json      what a pipeline needs: rounds_completed, noise_multiplier, initial and final
                     test accuracy, refused check-ins, violations, and the audit's min-sep and ε
+  run.json          the run's id, and every file above with its sha256 (`fedmf.program.run_manifest`)
+
+The JSON files carry the run id (`run_id`). The run is written into a staging directory beside OUT
+(`.OUT.staging-RUNID`) and replaces OUT only when it has finished: an interrupted run (Ctrl-C, a
+crash, a kill) leaves the earlier run in OUT as it was.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -25,11 +31,12 @@ from fedmf.mf import strategies
 from fedmf.program import loop
 from fedmf.program import outputs
 from fedmf.program import run_dir
+from fedmf.program import run_manifest
 from fedmf.program.config import TrainingConfig
 
 logger = logging.getLogger("fedmf.simulate")
 
-RUN_FILES = ("summary.json", "participation.csv", "metrics.csv", "config.json", "audit.json")
+RUN_FILES = outputs.RUN_MARKERS
 
 
 def config_record(config: TrainingConfig) -> dict[str, Any]:
@@ -53,7 +60,9 @@ def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
 def describe_plan(run: loop.TrainingRun) -> list[str]:
   p = run.plan
   lines = [
-    f"strategy: {p.strategy.describe()}",
+    f"strategy: {p.strategy.describe()}"
+    if p.noise_multiplier
+    else "strategy: none (no noise is added without DP)",
     f"participation: {run.participation.describe()}; declared {p.schema.describe()}",
     f"noise multiplier: {p.noise_multiplier:.6g}"
     + (
@@ -84,57 +93,97 @@ def run_simulation(
 
   `task`: your own `fedmf.tasks.Task` instead of the config's (docs/simulation.md).
   """
-  from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
   from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
   out = Path(out_dir)
   outputs.check_output_dir(out, force, RUN_FILES)
+  for leftover in run_manifest.leftover_staging(Path(os.path.realpath(out))):
+    logger.warning("%s", run_manifest.leftover_message(leftover))
   start = time.perf_counter()
   with platform.execution(config) as pool:
     run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
     platform.attach(run, pool)
-    out.mkdir(parents=True, exist_ok=True)
-    outputs.write_json(out / "config.json", config_record(config))
-    outputs.write_json(out / run_dir.PLAN_FILE, plan_record(run))
-    # The strategy the noise comes from, so that `fedmf audit OUT` needs no flags.
-    strategies.save_strategy(run.plan.strategy, out / run_dir.STRATEGY_FILE)
-    for line in describe_plan(run):
-      log(line)
-    initial = run.task.evaluate(run.server.weights)
-    log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
-    metrics = outputs.MetricsWriter(out)
-    bar = outputs.Progress(config.rounds, enabled=progress, every=config.eval_every)
-    records: list[loop.RoundRecord] = []
-    last_eval = dict(initial)
+    # The run is written beside OUT and moved into place only when it has finished.
+    run_id = run_manifest.new_run_id()
+    # Beside the real directory (a symlinked OUT is followed): the final rename stays in one file
+    # system and replaces the directory, not the link.
+    real_out = Path(os.path.realpath(out))
+    stage = run_manifest.staging_path(real_out, run_id)
+    stage.mkdir(parents=True)
     try:
-      with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:
-        for r in range(config.rounds):
-          cohort = loop.draw_cohort(run, r)
-          record = loop.train_round(run, cohort)
-          log_writer.write_round(r, [run.task.client_id(int(i)) for i in cohort.clients])
-          if loop.is_eval_round(config, r):
-            last_eval = loop.evaluate(run, record)
-          records.append(record)
-          metrics.write(record.to_dict())
-          bar.update(
-            r,
-            {
-              "loss": f"{record.loss:.3f}",
-              "accuracy": f"{last_eval['accuracy']:.4f}",
-              "epsilon": loop.format_epsilon(run.meter.epsilon(r + 1)),
-            },
-          )
+      manifest = run_manifest.start(stage, "simulate", run_id, target=str(out))
+      summary = _simulate_into(run, stage, run_id, start, progress, report, log)
+      _rename_paths(stage, out)
+      run_manifest.finish(stage, manifest)
+      run_manifest.replace_dir(stage, real_out)
     except BaseException:
-      metrics.abort()
-      bar.close()
+      shutil.rmtree(stage, ignore_errors=True)
       raise
-    finally:
-      if run.noise is not None:
-        run.noise.close()
-    metrics.close()
+  return summary
+
+
+def _rename_paths(stage: Path, out: Path) -> None:
+  """The report names the log by its path: the final one, not the staging directory's."""
+  import html  # pylint: disable=g-import-not-at-top
+
+  old, new = str(stage), str(Path(os.path.abspath(out)))
+  for name in ("audit.json", "report.md", "report.html", "summary.json"):
+    path = stage / name
+    if path.is_file():
+      text = path.read_text(encoding="utf-8")
+      replaced = text.replace(old, new).replace(html.escape(old), html.escape(new))
+      if replaced != text:
+        path.write_text(replaced, encoding="utf-8")
+
+
+def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, report: bool, log):
+  from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
+
+  config = run.config
+  outputs.write_json(out / "config.json", {**config_record(config), "run_id": run_id})
+  outputs.write_json(out / run_dir.PLAN_FILE, {**plan_record(run), "run_id": run_id})
+  # The strategy the noise comes from, so that `fedmf audit OUT` needs no flags.
+  strategies.save_strategy(run.plan.strategy, out / run_dir.STRATEGY_FILE)
+  for line in describe_plan(run):
+    log(line)
+  initial = run.task.evaluate(run.server.weights)
+  log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
+  metrics = outputs.MetricsWriter(out)
+  bar = outputs.Progress(config.rounds, enabled=progress, every=config.eval_every)
+  records: list[loop.RoundRecord] = []
+  last_eval = dict(initial)
+  try:
+    with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:
+      for r in range(config.rounds):
+        cohort = loop.draw_cohort(run, r)
+        record = loop.train_round(run, cohort)
+        log_writer.write_round(r, [run.task.client_id(int(i)) for i in cohort.clients])
+        if loop.is_eval_round(config, r):
+          last_eval = loop.evaluate(run, record)
+        records.append(record)
+        metrics.write(record.to_dict())
+        fields = {
+          "loss": f"{record.loss:.3f}",
+          "accuracy": f"{last_eval['accuracy']:.4f}",
+          "epsilon": loop.format_epsilon(run.meter.epsilon(r + 1)),
+        }
+        zeroed = sum(x.zeroed for x in records)
+        if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
+          fields["zeroed"] = str(zeroed)
+        bar.update(r, fields)
+  except BaseException:
+    metrics.abort()
     bar.close()
+    raise
+  finally:
+    if run.noise is not None:
+      run.noise.close()
+  metrics.close()
+  bar.close()
   seconds = time.perf_counter() - start
-  return finish(run, out, records, initial, seconds, report=report, log=log)
+  return finish(
+    run, out, records, initial, seconds, report=report, log=log, extra={"run_id": run_id}
+  )
 
 
 def finish(

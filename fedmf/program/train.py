@@ -15,6 +15,9 @@ ROOT holds:
   release/               model_round_R.npz every `checkpoint_every` rounds and final_model.npz
   journal.csv            (round, sha256 of the noisy aggregate) of every round ever released
   config.json, plan.json, strategy.json, audit.json, report.html, summary.json
+  run.json               the run id (kept across resumes); "running" until the program has
+                         finished, then every file's sha256: `fedmf audit ROOT` refuses an
+                         unfinished ROOT (fedmf.program.run_manifest)
 
 Crash safety (why each piece is there):
   * a checkpoint (state version = rounds completed) holds the model, the server optimizer, the noise
@@ -48,6 +51,7 @@ import numpy as np
 from fedmf.errors import FedmfUserError
 from fedmf.program import loop
 from fedmf.program import outputs
+from fedmf.program import run_manifest
 from fedmf.program import server as server_lib
 from fedmf.program.config import PLATFORM_KEYS, TrainingConfig
 from fedmf.program.data_source import ParticipationIterator
@@ -209,6 +213,7 @@ async def train_program(
   stopped_by_budget = False
   last_eval: Optional[float] = None
   start_round = run.server.round
+  last_saved = start_round
   for r in range(start_round, c.rounds):
     before = iterator.to_bytes() if budget is not None else None
     ids = iterator.select()
@@ -229,7 +234,13 @@ async def train_program(
           budget,
         )
         break
-    record = loop.train_round(run, cohort)
+    try:
+      record = loop.train_round(run, cohort)
+    except loop.TrainingDiverged as e:
+      # Nothing of round r is saved or released: the last checkpoint and release stay finite.
+      raise loop.TrainingDiverged(
+        f"{e}; the last checkpoint ({last_saved} rounds done) and its release are kept"
+      ) from None
     journal.check_and_record(r, record.noisy_mean)
     done = r + 1
     if loop.is_eval_round(c, r):
@@ -237,6 +248,7 @@ async def train_program(
     checkpoint = done % c.checkpoint_every == 0 or done == c.rounds
     if checkpoint:
       await state_manager.save(program_state(run, iterator, seed, initial_accuracy), done)
+      last_saved = done
     participation_log.write_round(r, ids)
     for manager in metrics_managers:
       await manager.release(_metrics_value(record), done - 1)
@@ -281,12 +293,18 @@ def _root_lock(root: Path):
     lock.close()
 
 
+def _check_root(root: Path) -> None:
+  """Refuses a ROOT holding something other than a `fedmf train` run (before anything is written)."""
+  run_manifest.check_train_root(root)
+
+
 def _check_config(root: Path, config: TrainingConfig) -> bool:
   """True when ROOT already has this run's config; refuses another run's config."""
   path = root / "config.json"
   if not path.exists():
     return False
   saved = json.loads(path.read_text())
+  saved.pop("run_id", None)
   current = json.loads(json.dumps(config.to_dict()))
   for key in PLATFORM_KEYS:  # Where the run executes may change between attempts.
     saved.pop(key, None)
@@ -327,10 +345,15 @@ def run_training(
   from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
   root = Path(root)
+  _check_root(root)  # Before the lock: a refused ROOT is left as it was (no .lock in it).
   old_umask = os.umask(0o077)  # Checkpoints hold the noise seed: owner-only files.
   try:
     with _root_lock(root):
       resuming = _check_config(root, config)
+      previous = run_manifest.read(root)
+      run_id = previous["run_id"] if previous else run_manifest.new_run_id()
+      # From here until the end ROOT holds an unfinished run, which `fedmf audit` refuses.
+      manifest = run_manifest.start(root, "train", run_id, rounds=config.rounds)
       state_dir = root / "state"
       state_dir.mkdir(mode=0o700, exist_ok=True)
       os.chmod(state_dir, 0o700)
@@ -365,14 +388,14 @@ def run_training(
           initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
           asyncio.run(state_manager.save(program_state(run, iterator, seed, initial_accuracy), 0))
           version = 0
-          log(f"starting {config.rounds} rounds in {root}")
+          log(f"starting {outputs.plural(config.rounds, 'round')} in {root}")
         else:
           iterator, seed, initial_accuracy = restore_state(run, loaded)
           iterator.client_id = run.task.client_id
           log(f"resuming {root} after round {version} of {config.rounds}")
         if not resuming:
-          outputs.write_json(root / "config.json", config.to_dict())
-        outputs.write_json(root / "plan.json", simulate.plan_record(run))
+          outputs.write_json(root / "config.json", {**config.to_dict(), "run_id": run_id})
+        outputs.write_json(root / "plan.json", {**simulate.plan_record(run), "run_id": run_id})
         strategies.save_strategy(run.plan.strategy, root / "strategy.json")
         for line in simulate.describe_plan(run):
           log(line)
@@ -413,7 +436,11 @@ def run_training(
           journal.close()
           if run.noise is not None:
             run.noise.close()
-      return _finish(run, root, result, initial_accuracy, time.perf_counter() - start, log=log)
+      summary = _finish(
+        run, root, result, initial_accuracy, time.perf_counter() - start, run_id=run_id, log=log
+      )
+      run_manifest.finish(root, manifest)
+      return summary
   finally:
     os.umask(old_umask)
 
@@ -425,6 +452,7 @@ def _finish(
   initial_accuracy: float,
   seconds: float,
   *,
+  run_id: str,
   log=print,
 ) -> dict[str, Any]:
   """The audit of the whole participation log, the report and summary.json."""
@@ -442,6 +470,7 @@ def _finish(
       "stopped_by_budget": result["stopped_by_budget"],
       "budget_epsilon": run.config.budget.epsilon,
       "workers": run.config.workers,
+      "run_id": run_id,
     },
   )
 

@@ -43,6 +43,7 @@ from tensorflow_federated.python.simulation.baselines.stackoverflow import (
 )
 from tensorflow_federated.python.simulation.datasets import sql_client_data
 
+from fedmf.tasks import sqlite_rows
 from fedmf.errors import FedmfUserError
 from fedmf.tasks.base import ArrayTask
 
@@ -153,7 +154,10 @@ def sqlite_path(data_dir: str) -> str:
   """`<data_dir>/stackoverflow.sqlite`, or `MissingDataError` naming it."""
   path = os.path.join(data_dir, SQLITE_NAME)
   if not os.path.isfile(path):
-    raise MissingDataError(f'StackOverflow data not found: expected {path}')
+    raise MissingDataError(
+      f'StackOverflow data not found: expected {path} (tff.simulation.datasets.stackoverflow'
+      '.load_data() puts it in ~/.tff, where fedmf looks when --data-dir is not given)'
+    )
   return path
 
 
@@ -185,12 +189,14 @@ class StackOverflowClients:
   built on demand, so memory does not grow with the cohorts drawn.
   """
 
-  def __init__(self, path: str, split: str):
+  def __init__(self, path: str, split: str, rows: Optional[sqlite_rows.ClientRows] = None):
+    """`rows`: the client rows of a file without an index (`fedmf.tasks.sqlite_rows`)."""
     if split not in SPLITS:
       raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
     self._sql = sql_client_data.SqlClientData(path, split)
     self._ids = set(self._sql.client_ids)  # O(1) membership; TFF scans a list.
     self._con: Optional[sqlite3.Connection] = None
+    self._rows = rows
     self.split = split
 
   @property
@@ -219,6 +225,10 @@ class StackOverflowClients:
       self._con = sqlite3.connect(
         f'file:{self._sql._filepath}?mode=ro', uri=True, check_same_thread=False
       )
+    if self._rows is not None:  # No index on client_id: the cached row runs.
+      return [
+        _tokens_of(b) for b in sqlite_rows.fetch(self._con, self._rows, self.split, client_id)
+      ]
     rows = self._con.execute(
       'SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ?',
       (client_id, self.split),
@@ -250,22 +260,31 @@ def has_client_index(path: str) -> bool:
 def read_word_counts(
   data_dir: str, vocab_size: Optional[int] = None
 ) -> Optional['collections.OrderedDict[str, int]']:
-  """Word counts from `<data_dir>/stackoverflow.word_count` (or its .tar.bz2).
+  """Word counts from `<data_dir>/stackoverflow.word_count` (or its .tar.bz2), else from Keras's
+  datasets directory (`keras_datasets_dir`).
 
   Same parsing as TFF's `stackoverflow.load_word_counts`: one `word count` per
   line, most frequent first, stop after `vocab_size` words. Returns None when
   neither file exists (the caller then counts the train split).
   """
-  text_path = os.path.join(data_dir, WORD_COUNT_NAME)
-  archive = os.path.join(data_dir, WORD_COUNT_ARCHIVE)
-  if os.path.isfile(text_path):
-    with open(text_path, 'rb') as f:
-      return _parse_word_counts(f, vocab_size)
-  if os.path.isfile(archive):
-    with tarfile.open(archive, 'r:bz2') as tar:
-      member = tar.extractfile(WORD_COUNT_NAME)
-      return _parse_word_counts(member, vocab_size)
+  # Then where tff...stackoverflow.load_word_counts() leaves them: Keras's datasets directory.
+  for directory in (data_dir, keras_datasets_dir()):
+    text_path = os.path.join(directory, WORD_COUNT_NAME)
+    archive = os.path.join(directory, WORD_COUNT_ARCHIVE)
+    if os.path.isfile(text_path):
+      with open(text_path, 'rb') as f:
+        return _parse_word_counts(f, vocab_size)
+    if os.path.isfile(archive):
+      with tarfile.open(archive, 'r:bz2') as tar:
+        member = tar.extractfile(WORD_COUNT_NAME)
+        return _parse_word_counts(member, vocab_size)
   return None
+
+
+def keras_datasets_dir() -> str:
+  """`tf.keras.utils.get_file`'s default: $KERAS_HOME/datasets, else ~/.keras/datasets."""
+  home = os.environ.get('KERAS_HOME') or os.path.join(os.path.expanduser('~'), '.keras')
+  return os.path.join(home, 'datasets')
 
 
 def _parse_word_counts(lines: Iterable[bytes], vocab_size: Optional[int]):
@@ -462,21 +481,16 @@ class StackOverflowTask(ArrayTask):
     )
     path = sqlite_path(data_dir)
     try:
-      indexed = has_client_index(path)
-      if indexed:
-        self.train = StackOverflowClients(path, 'train')
-        self.test = StackOverflowClients(path, 'test')
+      # TFF's save_to_sql_client_data writes no index on client_id: the file is left as it is
+      # (it may be read-only or shared) and its client rows are found by one cached scan.
+      rows = None if has_client_index(path) else sqlite_rows.client_rows(path)
+      self.train = StackOverflowClients(path, 'train', rows)
+      self.test = StackOverflowClients(path, 'test', rows)
     except (sqlite3.Error, ValueError, tf.errors.OpError) as e:
       first = str(e).splitlines()[0] if str(e) else type(e).__name__
       raise MissingDataError(
         f"{path} is not a StackOverflow sqlite file in TFF's schema: {first}"
       ) from None
-    if not indexed:
-      raise MissingDataError(
-        f'{path} has no index on examples(client_id): every client would cost a full scan; '
-        f'add one once with: sqlite3 {path} "CREATE INDEX examples_client ON '
-        f'examples(client_id, split_name)"'
-      )
     if not self.train.client_ids:
       raise MissingDataError(f'{path} has no train clients')
     self._ids = self.train.client_ids[:num_clients]

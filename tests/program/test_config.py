@@ -82,3 +82,28 @@ def test_shipped_configs_validate(name):
   path = ROOT / "simulations" / "configs" / name
   c = load_config(path, data_dir="/nonexistent")  # StackOverflow configs need a data dir.
   assert c.rounds >= 1
+
+
+def test_stackoverflow_data_is_found_where_tff_and_keras_leave_it(tmp_path, monkeypatch):
+  """Issue 26, B.7: without --data-dir, TFF's cache (~/.tff) holds stackoverflow.sqlite and Keras's
+  datasets directory the word counts; the error names the place looked and the TFF call."""
+  from fedmf.program.config import ConfigError, load_config
+
+  monkeypatch.setenv("HOME", str(tmp_path))
+  monkeypatch.delenv("KERAS_HOME", raising=False)
+  with pytest.raises(ConfigError) as e:
+    load_config(None, ["task=stackoverflow", "target_epsilon=8", "participation.min_sep=5"])
+  message = str(e.value)
+  assert str(tmp_path / ".tff" / "stackoverflow.sqlite") in message
+  assert "stackoverflow.load_data()" in message and "--data-dir" in message
+  (tmp_path / ".tff").mkdir()
+  (tmp_path / ".tff" / "stackoverflow.sqlite").write_bytes(b"")
+  config = load_config(None, ["task=stackoverflow", "target_epsilon=8", "participation.min_sep=5"])
+  assert config.data_dir == str(tmp_path / ".tff")
+
+  from fedmf.tasks import stackoverflow as sod
+
+  datasets = tmp_path / ".keras" / "datasets"
+  datasets.mkdir(parents=True)
+  (datasets / sod.WORD_COUNT_NAME).write_text("the 10\nof 7\nand 3\n")
+  assert list(sod.read_word_counts(str(tmp_path / ".tff"), 2).items()) == [("the", 10), ("of", 7)]

@@ -117,7 +117,10 @@ def _task(d, **kw):
   return sod.StackOverflowTask(**args)
 
 
-def test_task_reads_clients_lazily_and_refuses_unindexed_files():
+def test_task_reads_clients_lazily_and_reads_unindexed_files_through_a_cached_scan(
+  tmp_path, monkeypatch
+):
+  monkeypatch.setenv('FEDMF_CACHE_DIR', str(tmp_path / 'cache'))
   d = _write(CLIENTS)
   task = _task(d)
   assert task.num_clients == 3 and task.client_id(2) == '3'
@@ -128,8 +131,17 @@ def test_task_reads_clients_lazily_and_refuses_unindexed_files():
   assert _task(d, num_clients=2).num_clients == 2
   bare = tempfile.mkdtemp()
   sod.write_tiny_stackoverflow_sqlite(os.path.join(bare, sod.SQLITE_NAME), CLIENTS, index=False)
-  with pytest.raises(sod.MissingDataError, match='CREATE INDEX'):
-    _task(bare)
+  bare_file = os.path.join(bare, sod.SQLITE_NAME)
+  before = open(bare_file, 'rb').read()
+  unindexed = _task(bare)  # Was refused (issue 26, B.6): the same clients, rows and order now.
+  assert not sod.has_client_index(bare_file) and open(bare_file, 'rb').read() == before
+  assert [unindexed.client_id(i) for i in range(3)] == ['1', '2', '3']
+  for i in range(3):
+    assert all(
+      np.array_equal(a, b) for a, b in zip(unindexed.client_arrays(i), task.client_arrays(i))
+    )
+  assert np.array_equal(unindexed.test_arrays()[0], tx)
+  assert len(list((tmp_path / 'cache' / 'stackoverflow-rows').glob('*.sqlite'))) == 1
   broken = tempfile.mkdtemp()
   with open(os.path.join(broken, sod.SQLITE_NAME), 'w') as f:
     f.write('not a database')
