@@ -97,9 +97,12 @@ def test_a_device_outside_its_partition_is_a_violation_without_amplification(
   with open(edited / "participation.csv", newline="") as f:
     reader = csv.DictReader(f)
     fields, rows = reader.fieldnames, list(reader)
-  # Move one participation of round 0 (partition 0) to round 1, which belongs to partition 1.
-  moved = next(r for r in rows if int(r["round"]) == 0)
-  moved["round"] = "1"
+  # A device's partition is the residue of its first round (the log has no assignment): move the
+  # last participation of a device seen twice to the next round, another partition's.
+  ids = [r["client_id"] for r in rows]
+  moved = next(r for r in reversed(rows) if ids.count(r["client_id"]) >= 2)
+  target = int(moved["round"]) + 1 if int(moved["round"]) + 1 < N else int(moved["round"]) - 1
+  moved["round"] = str(target)
   rows.sort(key=lambda r: int(r["round"]))
   with open(edited / "participation.csv", "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields)
@@ -117,7 +120,9 @@ def test_a_device_outside_its_partition_is_a_violation_without_amplification(
   assert result["epsilon"] == result["unamplified_epsilon"]
   assert result["epsilon"] >= expected
   assert "VIOLATES the declared 3-cyclic Poisson partitions" in result["statement"]
-  assert any(moved["client_id"] in n and "round 1" in n for n in result["notes"])
+  assert any(
+    f"device {moved['client_id']}" in n and f"round {target}" in n for n in result["notes"]
+  )
 
   code, _, err = _audit(capsys, edited, "--strict")
   assert code == 1
