@@ -73,6 +73,11 @@ def test_simulate_and_audit_report_the_amplified_epsilon(run_dir, capsys):
   assert audit_json["amplification"]["amplified"]["partitions"] == P
   assert "amplified epsilon" in (run_dir / "report.md").read_text()
   assert not any("credits no amplification" in n for n in audit_json["notes"])
+  from fedmf.cli import simulate as simulate_cli
+
+  privacy = next(x for x in simulate_cli.summary_lines(summary, str(run_dir)) if "(audit)" in x)
+  assert f"epsilon {expected:.4g}" in privacy or "amplified: the log complies" in privacy
+  assert "amplified: the log complies" in privacy
 
   code, out, err = _audit(capsys, run_dir, "--json", "--strict")
   assert code == 0, err
