@@ -367,6 +367,12 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
     lines.append(
       "violations: " + ", ".join(f"{k} {counts[k]} clients" for k in REASONS if counts[k])
     )
+  if result.partition_violations:
+    c = result.amplified.compliance
+    lines.append(
+      f"  cyclic Poisson partitions: {c.violating_clients} devices in "
+      f"{c.violating_participations} rounds outside their partition (see the note)"
+    )
   for viol in result.violations[:max_violations]:
     shown = ", ".join(map(str, viol.rounds[:12])) + (", ..." if len(viol.rounds) > 12 else "")
     lines.append(f"  {viol.reason:<18} client {viol.client_id}: rounds {shown}")
