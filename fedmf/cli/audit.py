@@ -264,6 +264,8 @@ def _resolve(args: argparse.Namespace):
       rounds=rounds,
       min_sep=min_sep,
       max_participations=max_participations,
+      # A declared cyclic Poisson sampling: checked against the log, amplified ε if it complies.
+      sampling=run.sampling,
     ),
     strategy_path,
     notes,

@@ -164,7 +164,18 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
       "rests on a lower-bound sensitivity)"
     )
   else:
-    lines.append(f"  privacy (audit)      epsilon {_epsilon(a['epsilon'])} at delta {a['delta']:g}")
+    # A declared cyclic Poisson sampling: say whether the log earned the amplification.
+    how = ""
+    if a.get("epsilon_amplified"):
+      how = " (amplified: the log complies with the cyclic Poisson partitions)"
+    elif a.get("epsilon_amplified") is False:
+      how = (
+        f" (NOT amplified: {a.get('partition_violations', 0)} devices outside their partition"
+        " or no theorem covers the strategy; see audit.json)"
+      )
+    lines.append(
+      f"  privacy (audit)      epsilon {_epsilon(a['epsilon'])} at delta {a['delta']:g}{how}"
+    )
   lines.append(f"  check-ins refused    {summary['refused_checkins']}")
   if summary.get("zeroed_updates"):
     lines.append(

@@ -95,6 +95,28 @@ class AuditResult:
   curve: Optional[curve_lib.EpsilonCurve] = None
   max_epsilon: Optional[float] = None
   notes: tuple[str, ...] = ()
+  # The check of a declared cyclic Poisson sampling (`fedmf.privacy.partition_audit.AmplifiedAudit`),
+  # None when the run declares none.
+  amplified: Optional[Any] = None
+
+  @property
+  def amplification_credited(self) -> bool:
+    """The log complies with the declared partitions and the amplified ε was accounted."""
+    return self.amplified is not None and self.amplified.accounting is not None
+
+  @property
+  def partition_violations(self) -> int:
+    """Devices that joined rounds outside their declared partition (0 without a declaration)."""
+    return 0 if self.amplified is None else self.amplified.compliance.violating_clients
+
+  @property
+  def epsilon(self) -> float:
+    """The ε the audit claims: amplified when the log complies with a declared cyclic Poisson
+    sampling (BandMF Thm 4), else the realized participation's (never the smaller one of a
+    violated declaration)."""
+    if self.amplification_credited:
+      return self.amplified.accounting.epsilon
+    return self.realized.epsilon
 
   @property
   def claim_covers_all_clients(self) -> bool:
@@ -173,8 +195,14 @@ class AuditResult:
             f" It complies with the declared schema ({declared}), whose epsilon "
             f"{self.declared.accounting.epsilon:.4g} holds too."
           )
-    if self.max_epsilon is not None and guarantee and a.epsilon > self.max_epsilon:
-      failures.append(f"epsilon {a.epsilon:.4g} exceeds --max-epsilon {self.max_epsilon:g}")
+      statement = self._amplified_statement(statement)
+    if self.amplified is not None and self.partition_violations:
+      c = self.amplified.compliance
+      failures.append(
+        f"{c.violating_clients} devices joined rounds outside their cyclic Poisson partition"
+      )
+    if self.max_epsilon is not None and guarantee and self.epsilon > self.max_epsilon:
+      failures.append(f"epsilon {self.epsilon:.4g} exceeds --max-epsilon {self.max_epsilon:g}")
     return Verdict(
       guarantee=guarantee,
       statement=statement,
@@ -182,6 +210,28 @@ class AuditResult:
       violating_clients=violating,
       uncovered_clients=uncovered,
       failures=tuple(failures),
+    )
+
+  def _amplified_statement(self, statement: str) -> str:
+    """The statement with the declared cyclic Poisson sampling's outcome (unchanged without)."""
+    if self.amplified is None:
+      return statement
+    c = self.amplified.compliance
+    if self.amplification_credited:
+      acc = self.amplified.accounting
+      return (
+        f"({acc.epsilon:.4g}, {acc.delta:g})-DP with privacy AMPLIFICATION by "
+        f"{c.partitions}-cyclic Poisson sampling (BandMF Thm 4; q = "
+        f"{acc.sampling.sampling_probability:.4g} over {acc.sampling.dataset_size} devices), "
+        f"for every device, as the run declares its sampling: the log complies with the "
+        f"partitions. Without amplification: {statement}"
+      )
+    if c.complies:
+      return f"No amplification is credited ({self.amplified.note}). {statement}"
+    return (
+      f"The log VIOLATES the declared {c.partitions}-cyclic Poisson partitions: "
+      f"{c.violating_clients} devices joined {c.violating_participations} rounds outside their "
+      f"partition, so no amplification is credited. {statement}"
     )
 
   def to_dict(self) -> dict[str, Any]:
@@ -229,6 +279,18 @@ class AuditResult:
       "strict": {"passed": v.passed, "failures": list(v.failures)},
       "notes": list(self.notes),
       "warnings": list(self.warnings),
+    } | self._amplified_dict()
+
+  def _amplified_dict(self) -> dict[str, Any]:
+    """The keys of a declared cyclic Poisson sampling (none without one: outputs unchanged)."""
+    if self.amplified is None:
+      return {}
+    return {
+      # "epsilon" is then the claim: amplified if credited, else the realized one.
+      "epsilon": self.epsilon,
+      "epsilon_amplified": self.amplification_credited,
+      "unamplified_epsilon": self.realized.epsilon,
+      "amplification": self.amplified.to_dict(),
     }
 
 
@@ -268,6 +330,19 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
       f"  sensitivity {a.sensitivity:.6g} ({a.sensitivity_method}, {a.sensitivity_algorithm}); "
       f"accountant {a.accountant}"
     )
+  if result.amplified is not None and not result.no_noise:
+    if result.amplification_credited:
+      acc = result.amplified.accounting
+      lines.append(
+        f"  amplified claim: epsilon {_number(acc.epsilon)} at delta {acc.delta:g} "
+        f"({acc.sampling.partitions}-cyclic "
+        f"Poisson sampling, q = {acc.sampling.sampling_probability:.4g}, accountant "
+        f"{acc.accountant}); without amplification epsilon {_number(a.epsilon)}"
+      )
+    else:
+      lines.append(
+        f"  amplified claim: none credited; epsilon {_number(a.epsilon)} (not amplified)"
+      )
   if result.declared is not None and not result.no_noise:
     d = result.declared.accounting
     lines.append(
@@ -277,12 +352,12 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
   if result.max_epsilon is not None:
     if not v.guarantee:
       budget = "no epsilon holds"
-    elif a.epsilon <= result.max_epsilon:
+    elif result.epsilon <= result.max_epsilon:
       budget = "within budget"
     else:
       budget = "EXCEEDS the budget"
     lines.append(
-      f"budget: epsilon {_number(a.epsilon)} vs --max-epsilon {result.max_epsilon:g}: {budget}"
+      f"budget: epsilon {_number(result.epsilon)} vs --max-epsilon {result.max_epsilon:g}: {budget}"
     )
   counts = result.violation_counts()
   lines.append("")
@@ -291,6 +366,12 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
   else:
     lines.append(
       "violations: " + ", ".join(f"{k} {counts[k]} clients" for k in REASONS if counts[k])
+    )
+  if result.partition_violations:
+    c = result.amplified.compliance
+    lines.append(
+      f"  cyclic Poisson partitions: {c.violating_clients} devices in "
+      f"{c.violating_participations} rounds outside their partition (see the note)"
     )
   for viol in result.violations[:max_violations]:
     shown = ", ".join(map(str, viol.rounds[:12])) + (", ..." if len(viol.rounds) > 12 else "")

@@ -189,3 +189,75 @@ def audit_amplified(
     + compliance.describe()
     + f"; the run declares {sampling.describe(n)}",
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredSampling:
+  """What a run declares about its P-cyclic Poisson sampling (`participation.model:
+  cyclic-poisson`): P partitions of `dataset_size` devices, each joining its partition's rounds
+  with probability q. The auditor checks the log against it (`audit_declared`)."""
+
+  partitions: int
+  dataset_size: int
+  sampling_probability: float
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def audit_declared(
+  client_ids: Any,
+  codes: np.ndarray,
+  rounds: np.ndarray,
+  declared: DeclaredSampling,
+  *,
+  strategy: Any,
+  n: int,
+  noise_multiplier: float,
+  delta: float,
+  accountant: str = "pld",
+) -> AmplifiedAudit:
+  """`audit_amplified` on a log read as codes into `client_ids` (as the auditor reads it).
+
+  A declaration the accounting cannot credit (a strategy that is not banded, more bands than
+  partitions, a log with more devices than the declared population) is not an error of the log:
+  the audit then credits no amplification and says why, so the claim falls back to the
+  non-amplified one (never under-counting).
+  """
+  codes = np.asarray(codes, dtype=np.int64)
+  compliance = check_partitions(codes, rounds, declared.partitions)
+  if compliance.examples:  # Name the devices by their ids, not their codes.
+    ids = client_ids.to_pylist() if hasattr(client_ids, "to_pylist") else list(client_ids)
+    compliance = dataclasses.replace(
+      compliance,
+      examples=tuple(
+        dataclasses.replace(v, client=ids[int(v.client)]) for v in compliance.examples
+      ),
+    )
+  if not compliance.complies:
+    return AmplifiedAudit(
+      compliance,
+      None,
+      "no amplification credited: " + compliance.describe() + " (BandMF Thm 4 needs each device "
+      "in rounds of its partition only); the claim is the non-amplified one",
+    )
+  try:
+    result = audit_amplified(
+      codes,
+      rounds,
+      strategy=strategy,
+      n=n,
+      partitions=declared.partitions,
+      dataset_size=declared.dataset_size,
+      sampling_probability=declared.sampling_probability,
+      noise_multiplier=noise_multiplier,
+      delta=delta,
+      accountant=accountant,
+    )
+  except FedmfUserError as e:
+    return AmplifiedAudit(
+      compliance,
+      None,
+      f"no amplification credited: {e}; the claim is the non-amplified one",
+    )
+  return dataclasses.replace(result, compliance=compliance)

@@ -509,7 +509,9 @@ def _status(result: audit_lib.AuditResult) -> tuple[str, str]:
     return "warn", "The log violates the declared schema: the realized guarantee holds"
   if v.uncovered_clients:
     return "warn", "Guarantee for all clients but those with duplicate rows"
-  if result.max_epsilon is not None and result.realized.epsilon > result.max_epsilon:
+  if result.partition_violations:
+    return "warn", "The log violates the declared partitions: no amplification credited"
+  if result.max_epsilon is not None and result.epsilon > result.max_epsilon:
     return "warn", "Guarantee holds, above the budget"
   return "ok", "Privacy guarantee holds"
 
@@ -582,6 +584,21 @@ def _claims_rows(result: audit_lib.AuditResult) -> list[list[str]]:
         _fmt(d.rho),
         _fmt(d.epsilon),
         "yes" if holds else "NO",
+      ]
+    )
+  if result.amplified is not None and not result.no_noise:
+    acc = result.amplified.accounting
+    c = result.amplified.compliance
+    rows.append(
+      [
+        f"amplified ({c.partitions}-cyclic Poisson)",
+        f"{c.partitions} partitions",
+        "-" if acc is None else str(acc.sampling.steps(acc.n)),
+        "-" if acc is None else f"{acc.max_column_norm:.6g}",
+        "BandMF Thm 4",
+        "-",
+        "-" if acc is None else _fmt(acc.epsilon),
+        "yes" if result.amplification_credited and result.verdict().guarantee else "NO",
       ]
     )
   return rows

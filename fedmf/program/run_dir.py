@@ -54,6 +54,8 @@ class RunInputs:
     planned_epsilon: The ε the run planned (plan.json), for comparison.
     notes: What a reader of the audit should know about the run (a cheap simulation, ...).
     sources: For each value, the file it came from (for messages).
+    sampling: The cyclic Poisson sampling config.json declares (`participation.model:
+      cyclic-poisson`), checked by the audit and credited if the log complies; else None.
   """
 
   directory: Path
@@ -68,6 +70,7 @@ class RunInputs:
   planned_epsilon: Optional[float]
   notes: tuple[str, ...]
   sources: dict[str, str]
+  sampling: Optional[Any] = None
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -99,8 +102,12 @@ def _number(obj: dict[str, Any], key: str, path: Path, *, integer: bool = False)
   return int(value) if integer else float(value)
 
 
-def plan_notes(plan: dict[str, Any]) -> tuple[str, ...]:
-  """What an audit of the run must say about its plan (plan.json as a dict)."""
+def plan_notes(plan: dict[str, Any], sampling_audited: bool = False) -> tuple[str, ...]:
+  """What an audit of the run must say about its plan (plan.json as a dict).
+
+  `sampling_audited`: the audit checks the run's declared cyclic Poisson sampling and says itself
+  whether it credits the amplification, so the plan's amplification needs no note here.
+  """
   notes = []
   if isinstance(plan.get("cheap_simulation"), str) and plan.get("noise_multiplier"):
     training_sigma = plan.get("training_noise_multiplier")
@@ -115,13 +122,47 @@ def plan_notes(plan: dict[str, Any]) -> tuple[str, ...]:
       "protected at this epsilon."
     )
   accounting = plan.get("accounting")
-  if isinstance(accounting, str) and "amplif" in accounting.lower():
+  if isinstance(accounting, str) and "amplif" in accounting.lower() and not sampling_audited:
     notes.append(
       f"the run planned its epsilon with privacy amplification ({accounting}); this audit "
       "credits no amplification: it accounts the log's realized participation as "
       "b-min-separation, so its epsilon differs from the planned one (usually it is larger)"
     )
   return tuple(notes)
+
+
+def declared_sampling(
+  config: dict[str, Any], summary: dict[str, Any], min_sep: Optional[int], path: Path
+) -> Optional[Any]:
+  """The cyclic Poisson sampling of config.json's `participation`, or None if it declares none.
+
+  P: participation.partitions, else the declared min-sep (the run's groups); N: the population
+  the run sampled (summary.json's num_clients, else config.json's); q: participation.
+  sampling_probability, else P·clients_per_round/N (`fedmf.participation.CyclicPoisson`).
+  """
+  from fedmf.privacy.partition_audit import DeclaredSampling  # pylint: disable=g-import-not-at-top
+
+  participation = config.get("participation")
+  if not isinstance(participation, dict) or participation.get("model") not in (
+    "cyclic-poisson",
+    "cyclic_poisson",
+  ):
+    return None
+  partitions = _number(participation, "partitions", path, integer=True)
+  partitions = partitions or _number(participation, "min_sep", path, integer=True) or min_sep
+  population = _number(summary, "num_clients", path, integer=True) or _number(
+    config, "num_clients", path, integer=True
+  )
+  q = _number(participation, "sampling_probability", path)
+  cohort = _number(config, "clients_per_round", path, integer=True)
+  if q is None and None not in (partitions, population, cohort):
+    q = partitions * cohort / population
+  if None in (partitions, population, q):
+    raise RunDirError(
+      f"{path}: participation.model cyclic-poisson without its partitions, population "
+      "(num_clients) or sampling probability: the audit cannot check the declared sampling"
+    )
+  return DeclaredSampling(partitions, population, q)
 
 
 def read_run(path: str | Path) -> RunInputs:
@@ -200,7 +241,8 @@ def read_run(path: str | Path) -> RunInputs:
 
   planned = plan.get("epsilon")
   planned = float(planned) if isinstance(planned, (int, float)) else None
-  notes.extend(plan_notes(plan))
+  sampling = declared_sampling(config, summary, min_sep, config_path)
+  notes.extend(plan_notes(plan, sampling_audited=sampling is not None))
   return RunInputs(
     directory=directory,
     log=logs[0],
@@ -214,4 +256,5 @@ def read_run(path: str | Path) -> RunInputs:
     planned_epsilon=planned,
     notes=tuple(notes),
     sources=sources,
+    sampling=sampling,
   )

@@ -204,6 +204,7 @@ def finish(
   p = run.plan
   rounds_completed = len(records)
   declared = p.schema.with_rounds(max(rounds_completed, 1))
+  sampling = declared_sampling(run)
   # σ as accounted; 0 (no DP) is audited for its participation and states no guarantee.
   result = audit.audit_log(
     out / "participation.csv",
@@ -215,7 +216,8 @@ def finish(
     max_participations=declared.max_participations,
     progress=False,
     curve=report,
-    notes=run_dir.plan_notes(plan_record(run)),
+    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
+    sampling=sampling,
   )
   audit_dict = result.to_dict()
   if report:
@@ -275,6 +277,15 @@ def finish(
       "delta": c.delta,
       "privacy_guarantee": audit_dict.get("privacy_guarantee"),
       "statement": audit_dict.get("statement"),
+      **(
+        {
+          "epsilon_amplified": audit_dict["epsilon_amplified"],
+          "unamplified_epsilon": audit_dict["unamplified_epsilon"],
+          "partition_violations": result.partition_violations,
+        }
+        if "epsilon_amplified" in audit_dict
+        else {}
+      ),
     },
     **(extra or {}),
   }
@@ -282,6 +293,19 @@ def finish(
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary
+
+
+def declared_sampling(run: loop.TrainingRun):
+  """The run's cyclic Poisson sampling as its audit checks it (`fedmf audit OUT` reads the same
+  from config.json and summary.json: `run_dir.declared_sampling`), or None."""
+  from fedmf.privacy import partition_audit  # pylint: disable=g-import-not-at-top
+
+  amp = run.participation.amplification()
+  if amp is None:
+    return None
+  return partition_audit.DeclaredSampling(
+    amp.groups, run.task.num_clients, amp.sampling_probability
+  )
 
 
 def _median(values: list[float]) -> Optional[float]:
