@@ -166,7 +166,7 @@ def _audit(
   max_participations: Optional[int],
   method: str,
   accountant: str,
-  curve: bool,
+  curve: bool | str,
   log_name: str,
   max_epsilon: Optional[float] = None,
   notes: tuple[str, ...] = (),
@@ -251,8 +251,12 @@ def _audit(
     if n > m:  # Released rounds after the last logged participation.
       b_r[m:] = b_r[m - 1]
       k_r[m:] = k_r[m - 1]
+    # "every-round": each r evaluated at its own (r, b_r, k_r), as a run's meter does round by
+    # round (console, metrics.csv), so the report shows the same ε (issue 26, C.10); otherwise a
+    # bounded number of evaluations, the others labelled upper bounds.
+    every_round = {"max_evaluations": None, "time_budget": 1e12} if curve == "every-round" else {}
     eps_curve = curve_lib.epsilon_curve(
-      strategy, b_r, k_r, sigma, delta, method=method, sensitivities=sensitivities
+      strategy, b_r, k_r, sigma, delta, method=method, sensitivities=sensitivities, **every_round
     )
   strategy_info = {"mechanism": strategy.mechanism, "description": strategy.describe()}
   if strategy.horizon is not None:
@@ -322,7 +326,7 @@ def _validated(
   max_participations,
   *,
   method: str = "auto",
-  curve: bool = False,
+  curve: bool | str = False,
   max_epsilon: Optional[float] = None,
 ):
   """The cheap arguments, validated (and the per-round work estimated) before a log is read."""
@@ -363,7 +367,7 @@ def audit_arrays(
   max_participations: Optional[int] = None,
   method: str = "auto",
   accountant: str = "analytic",
-  curve: bool = True,
+  curve: bool | str = True,
   log_name: str = "",
   violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
   max_epsilon: Optional[float] = None,
@@ -423,7 +427,7 @@ def audit_log(
   max_participations: Optional[int] = None,
   method: str = "auto",
   accountant: str = "analytic",
-  curve: bool = True,
+  curve: bool | str = True,
   progress: bool = False,
   violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
   max_epsilon: Optional[float] = None,
@@ -447,7 +451,8 @@ def audit_log(
       noise σ (no amplification, no composition: BandMF §5, BLT App. C), so this is its exact ε
       (Balle & Wang 2018, Thm. 8). 'pld': dp_accounting's PLD accountant, a pessimistic
       discretization of the same curve (ε_pld ≥ ε), kept as a cross-check.
-    curve: Also compute the per-round ε curve (estimated first: fedmf.mf.resources).
+    curve: Also compute the per-round ε curve (estimated first: fedmf.mf.resources); "every-round"
+      evaluates the sensitivity at every round, as a training run's meter does.
     progress: tqdm progress on stderr while reading.
     violation_limit: List at most this many violation entries (None: all); all are counted.
     max_epsilon: The privacy budget a strict audit checks the realized ε against.

@@ -215,7 +215,7 @@ def finish(
     min_sep=declared.min_sep,
     max_participations=declared.max_participations,
     progress=False,
-    curve=report,
+    curve="every-round" if report else False,  # the meter's ε, round by round
     notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
     sampling=sampling,
   )

@@ -303,3 +303,22 @@ def test_compare_mechanisms_runs_each_mechanism_at_the_same_epsilon_and_reuses(
   assert compare.main(args + ["--reuse"]) == 0
   assert capsys.readouterr().err.count("reusing") == 2
   assert json.loads((out / "results.json").read_text()) == first
+
+
+def test_the_report_curve_shows_the_consoles_epsilon(tmp_path, capsys, cache_dir):
+  # Issue 26 C.10: one definition of "ε after r released rounds" for console, metrics.csv and the
+  # report's curve (each r at its own realized (b_r, k_r); no bound where the run knows the value).
+  import csv  # pylint: disable=import-outside-toplevel
+
+  out, _ = _simulate(tmp_path, capsys, ["rounds=12", "eval_every=2", "noise_multiplier=1.0"])
+  with open(out / "epsilon_curve.csv") as f:
+    curve = {int(row["rounds"]): row for row in csv.DictReader(f)}
+  compared = 0
+  with open(out / "metrics.csv") as f:
+    for row in csv.DictReader(f):
+      if row["epsilon"]:
+        point = curve[int(row["round"]) + 1]
+        assert float(point["epsilon"]) == pytest.approx(float(row["epsilon"]), rel=1e-5)  # 6 digits
+        assert point["sensitivity_method"] != "upper-bound"
+        compared += 1
+  assert compared >= 5
