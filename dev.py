@@ -5,6 +5,9 @@
   python3 dev.py test    install the locked environment and run the whole test suite
   python3 dev.py test -m slow   extra arguments go to pytest
   python3 dev.py format  apply the formatter (ruff format); --check only checks (CI)
+  python3 dev.py bazel   install Bazel (Debian's bazel-bootstrap) if missing and run
+                         `bazel test //...` offline with the locked environment; extra
+                         arguments replace `//...` (e.g. `python3 dev.py bazel //:mf_test_tree`)
 
 It installs a pinned `uv` into .tools/, syncs the locked
 environment from uv.lock into .venv/, and runs inside it.
@@ -13,6 +16,7 @@ environment from uv.lock into .venv/, and runs inside it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,14 +51,48 @@ def _run_in_env(uv: str, cmd: list[str]) -> int:
   return subprocess.run([uv, "run", "--locked", "--no-sync", *cmd], cwd=ROOT, env=env).returncode
 
 
+def _bazel() -> str:
+  """Bazel from the system's packages: Debian's bazel-bootstrap (Bazel 4.2) when it is missing."""
+  found = shutil.which("bazel")
+  if found:
+    return found
+  if not shutil.which("apt-get"):
+    sys.exit("dev.py: bazel is not installed and apt-get is not available; install Bazel 4.2+")
+  sudo = [] if os.geteuid() == 0 else ["sudo"]
+  _run([*sudo, "apt-get", "update"])
+  _run([*sudo, "apt-get", "install", "-y", "bazel-bootstrap"])
+  return shutil.which("bazel") or "/usr/bin/bazel"
+
+
+def _bazel_test(targets: list[str]) -> int:
+  """`bazel test` over the BUILD targets, offline, then `bazel shutdown` (no server left running).
+
+  The interpreter is the locked environment: third_party/bazel/python/python3.sh execs
+  $FEDMF_PYTHON, passed here as an absolute path so nothing machine-specific is committed.
+  """
+  bazel = _bazel()
+  python = str(ROOT / ".venv" / "bin" / "python")
+  env_flags = [f"--action_env=FEDMF_PYTHON={python}", f"--test_env=FEDMF_PYTHON={python}"]
+  cmd = [bazel, "test", *env_flags, "--", *(targets or ["//..."])]
+  print("+ " + " ".join(cmd), flush=True)
+  env = dict(os.environ)
+  env.pop("VIRTUAL_ENV", None)
+  try:
+    return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+  finally:
+    subprocess.run([bazel, "shutdown"], cwd=ROOT, env=env)
+
+
 def main(argv: list[str]) -> int:
-  if not argv or argv[0] not in ("demo", "test", "format"):
+  if not argv or argv[0] not in ("demo", "test", "format", "bazel"):
     print(__doc__)
     return 2
   uv = _uv()
   _sync(uv)
   if argv[0] == "format":
     return _run_in_env(uv, ["ruff", "format", *argv[1:], "."])
+  if argv[0] == "bazel":
+    return _bazel_test(argv[1:])
   if argv[0] == "test":
     code = _run_in_env(uv, ["python", "-m", "pytest", *argv[1:]])
     return code

@@ -1,14 +1,35 @@
-"""The Bazel BUILD file declares every library module and every test file (kept in step with the code)."""
+"""The Bazel BUILD files are current (tools/update_build.py regenerates them from the imports),
+declare every Python file, and their dependencies follow the imports."""
 
+import importlib.util
 import re
+import sys
+import textwrap
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _generator():
+  spec = importlib.util.spec_from_file_location("update_build", ROOT / "tools" / "update_build.py")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules["update_build"] = module
+  spec.loader.exec_module(module)
+  return module
+
+
 def _declared_sources() -> set[str]:
   text = (ROOT / "BUILD").read_text()
-  return set(re.findall(r'"((?:fedmf|tests|simulations|deploy|benchmarks)/[\w/]+\.py)"', text))
+  return set(
+    re.findall(r'"((?:fedmf|tests|simulations|deploy|benchmarks|tools)/[\w/]+\.py)"', text)
+  )
+
+
+def test_build_files_are_current():
+  stale = _generator().stale()
+  assert not stale, f"regenerate with `python3 tools/update_build.py`: {stale} not current"
 
 
 def test_every_python_file_is_declared():
@@ -29,3 +50,58 @@ def test_math_library_does_not_depend_on_tensorflow():
   block = re.search(r'py_library\(\s*name = "mf",(.*?)\n\)', text, re.S)
   assert block, "BUILD needs a py_library named mf for the pure-math layer"
   assert "tensorflow" not in block.group(1)
+
+
+def test_every_test_file_is_a_py_test_run_by_pytest():
+  text = (ROOT / "BUILD").read_text()
+  tests = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py"))
+  for rel in tests:
+    block = re.search(r'py_test\((?:(?!\n\)).)*?args = \[\s*"' + re.escape(rel) + r'"', text, re.S)
+    assert block, f"no py_test runs {rel}"
+  assert text.count("py_test(") == len(tests)
+  assert text.count('main = "tools/bazel_pytest.py"') == len(tests)
+
+
+def _write(root: Path, rel: str, text: str = "") -> None:
+  (root / rel).parent.mkdir(parents=True, exist_ok=True)
+  (root / rel).write_text(textwrap.dedent(text))
+
+
+def test_generator_derives_deps_from_imports(tmp_path, monkeypatch):
+  gen = _generator()
+  _write(tmp_path, "fedmf/__init__.py")
+  _write(tmp_path, "fedmf/mf/__init__.py")
+  _write(tmp_path, "fedmf/mf/a.py", "import numpy as np\nfrom .. import errors\n")
+  _write(tmp_path, "fedmf/errors.py")
+  _write(tmp_path, "fedmf/new_pkg/x.py", "def f():\n  from fedmf.mf import a\n  import yaml\n")
+  _write(tmp_path, "tests/__init__.py")
+  _write(tmp_path, "tests/test_x.py", "import pytest\nfrom fedmf.new_pkg import x\n")
+  monkeypatch.setattr(gen, "ROOT", tmp_path)
+  build = gen.render()["BUILD"]
+  pypi = gen.render()[gen.PYPI_BUILD]
+
+  def block(kind, name):
+    found = re.search(kind + r'\(\s*name = "' + name + r'",(.*?)\n\)', build, re.S)
+    assert found, f"no {kind} {name}"
+    return found.group(1)
+
+  assert '":fedmf_root"' in block("py_library", "mf") and '"@pypi//:numpy"' in block(
+    "py_library", "mf"
+  )
+  new = block(
+    "py_library", "new_pkg"
+  )  # a package added later is picked up, function-level imports too
+  assert '":mf"' in new and '"@pypi//:yaml"' in new and "numpy" not in new
+  assert '":new_pkg"' in block("py_test", "test_x")
+  # Only modules something imports get a @pypi target.
+  assert set(re.findall(r'name = "(\w+)"', pypi)) == {"numpy", "yaml", "pytest"}
+
+
+def test_generator_refuses_an_import_cycle(tmp_path, monkeypatch):
+  gen = _generator()
+  _write(tmp_path, "fedmf/__init__.py")
+  _write(tmp_path, "fedmf/a/m.py", "from fedmf.b import m\n")
+  _write(tmp_path, "fedmf/b/m.py", "from fedmf.a import m\n")
+  monkeypatch.setattr(gen, "ROOT", tmp_path)
+  with pytest.raises(SystemExit, match="import cycle"):
+    gen.render()

@@ -1,75 +1,36 @@
 #!/usr/bin/env python3
-"""Regenerates the Bazel BUILD file from the package layout (tests/test_build_file.py checks it).
+"""Regenerates the Bazel BUILD files from the code's imports (tests/test_build_file.py checks them).
 
-Libraries follow the layers of docs/architecture.md (its layer table, the one place they are
-written; tests/test_layers.py checks the imports against it); each test file becomes a py_test.
-Run: python3 tools/update_build.py
+  python3 tools/update_build.py               write BUILD and third_party/bazel/pypi/BUILD
+  python3 tools/update_build.py --check       exit 1 (naming the stale files) if they are not current
+  python3 tools/update_build.py --from-index  build from the files staged in git
+
+Every Python package under fedmf/ (a directory holding .py files) becomes one py_library whose
+deps are the packages and third-party modules its files import (read with `ast`, function-level
+imports included), so a dependency nothing imports is never listed. Each test file becomes a
+py_test run through tools/bazel_pytest.py; scripts in benchmarks/ and deploy/ become py_binary.
+Third-party modules map to empty targets in @pypi (third_party/bazel/pypi/BUILD, also generated):
+the modules themselves come from the .venv interpreter of the Python toolchain.
 """
 
-import fnmatch
+from __future__ import annotations
+
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-LIBRARIES = [
-  # name, source globs, deps, description
-  (
-    "errors",
-    ["fedmf/__init__.py", "fedmf/errors.py"],
-    [],
-    "Package root and user-facing error types.",
-  ),
-  (
-    "mf",
-    ["fedmf/mf/*.py"],
-    [":errors", "@pypi//numpy", "@pypi//scipy"],
-    "Pure math (numpy/scipy, float64, no TensorFlow).",
-  ),
-  (
-    "privacy",
-    ["fedmf/privacy/*.py"],
-    [":mf", "@pypi//dp_accounting", "@pypi//pyarrow", "@pypi//matplotlib", "@pypi//tqdm"],
-    "Accounting, participation logs and the auditor.",
-  ),
-  (
-    "tff",
-    ["fedmf/tff/*.py"],
-    [":mf", "@pypi//tensorflow", "@pypi//tensorflow_federated", "@pypi//tensorflow_privacy"],
-    "TensorFlow Federated aggregators and processes.",
-  ),
-  (
-    "participation",
-    ["fedmf/participation/*.py"],
-    [":mf", "@pypi//numpy"],
-    "Participation models (client timers, schedules, Poisson sampling).",
-  ),
-  (
-    "tasks",
-    ["fedmf/tasks/*.py"],
-    [":errors", "@pypi//tensorflow", "@pypi//tensorflow_federated", "@pypi//numpy"],
-    "Federated tasks (synthetic and StackOverflow next-word prediction, models).",
-  ),
-  (
-    "program",
-    ["fedmf/program/*.py"],
-    [":mf", ":privacy", ":tff", ":participation", ":tasks", "@pypi//pyyaml"],
-    "The training loop, the simulation and the training program.",
-  ),
-  (
-    "public_features",
-    ["fedmf/public_features/*.py"],
-    [":mf", ":privacy", ":tff", "@pypi//numpy", "@pypi//scipy", "@pypi//pyyaml"],
-    "Layer 4: private learning with public features (AM-SSP, AM-DPSGD, DP-ALS, federated SSP).",
-  ),
-  (
-    "cli",
-    ["fedmf/cli/*.py"],
-    [":mf", ":privacy", ":program", ":public_features"],
-    "The fedmf console script.",
-  ),
-]
+PYPI_BUILD = "third_party/bazel/pypi/BUILD"
+SCRIPT_DIRS = ("benchmarks", "deploy")
+RUNNER = "tools/bazel_pytest.py"
+# Tests that need the real machine: root, network namespaces (ip netns, veth, tc), or the user's
+# ~/.cache. They run outside Bazel's sandbox ("no-sandbox") and one at a time with the rest
+# ("exclusive"), since they create system-wide network namespaces.
+LOCAL_MARKERS = ("tests.netns", "from tests import netns", "unshare", "geteuid")
+# Heavier tests (TensorFlow Federated processes) get Bazel's "large" size (a longer timeout).
+LARGE_MARKERS = ("tensorflow", "fedmf.tff", "fedmf.program", "fedmf.tasks")
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 
 def _all_files() -> list[str]:
@@ -79,21 +40,82 @@ def _all_files() -> list[str]:
       ["git", "ls-files", "--cached", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     return sorted(line for line in out.stdout.splitlines() if (ROOT / line).exists())
+  skip = {".venv", ".tools", "out", ".bench-env", "third_party", ".git"}
   return sorted(
-    str(p.relative_to(ROOT))
+    p.relative_to(ROOT).as_posix()
     for p in ROOT.rglob("*.py")
-    if ".venv" not in p.parts and ".tools" not in p.parts
+    if not skip.intersection(p.relative_to(ROOT).parts)
   )
 
 
-def _expand(patterns):
-  files = _all_files()
-  return [
-    f
-    for pattern in patterns
-    for f in files
-    if fnmatch.fnmatch(f, pattern) and "/" not in f[len(pattern.rsplit("/", 1)[0]) + 1 :]
-  ]
+def _imports(rel: str) -> set[str]:
+  """Dotted names of every module `rel` imports, relative imports resolved."""
+  tree = ast.parse((ROOT / rel).read_text(), filename=rel)
+  package = rel[:-3].split("/")[:-1]
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        up = package[: len(package) - node.level + 1]
+        base = ".".join(up + ([base] if base else []))
+      names.add(base)
+      # `from fedmf import errors` imports the module fedmf.errors.
+      names.update(f"{base}.{alias.name}" for alias in node.names)
+  return {n for n in names if n}
+
+
+def _library_name(package_dir: str) -> str:
+  """Target name of the py_library of a package directory: fedmf/mf -> mf; fedmf -> fedmf_root."""
+  parts = package_dir.split("/")[1:]
+  return "_".join(parts) if parts else "fedmf_root"
+
+
+class _Layout:
+  """Which file belongs to which target, and what each file depends on."""
+
+  def __init__(self, files: list[str]):
+    self.files = files
+    self.file_set = set(files)
+    self.packages = sorted({f.rsplit("/", 1)[0] for f in files if f.startswith("fedmf/")})
+    self.package_set = set(self.packages)
+    self.third_party: set[str] = set()
+
+  def target_of(self, module: str) -> str | None:
+    """The label of the first-party target that provides `module`, or None (stdlib/third party)."""
+    parts = module.split(".")
+    if parts[0] == "fedmf":
+      # The longest prefix that is a package directory owns the module.
+      for i in range(len(parts), 0, -1):
+        directory = "/".join(parts[:i])
+        if directory in self.package_set:
+          return ":" + _library_name(directory)
+      return None
+    if parts[0] == "tests":
+      return ":test_utils"
+    if parts[0] in SCRIPT_DIRS or parts[0] in ("tools",):
+      return None
+    top = parts[0]
+    if top in STDLIB or top.startswith("_"):
+      return None
+    self.third_party.add(top)
+    return "@pypi//:" + top
+
+  def deps(self, files: list[str], own: str | None = None) -> list[str]:
+    labels = {label for f in files for m in _imports(f) if (label := self.target_of(m))}
+    labels.discard(own)
+    return sorted(labels, key=lambda label: (label.startswith("@"), label))
+
+  def script_srcs(self, rel: str) -> list[str]:
+    """A script and the sibling scripts it imports (benchmarks.x -> benchmarks/x.py)."""
+    srcs = [rel]
+    for module in sorted(_imports(rel)):
+      path = module.replace(".", "/") + ".py"
+      if module.split(".")[0] in SCRIPT_DIRS and path in self.file_set and path not in srcs:
+        srcs.append(path)
+    return srcs
 
 
 def _list(items, indent=8):
@@ -101,94 +123,158 @@ def _list(items, indent=8):
   return "[\n" + "".join(f'{pad}"{item}",\n' for item in items) + " " * (indent - 4) + "]"
 
 
-def main():
-  out = [
-    '# Bazel build for fedmf, in the style of TFF and google-research.',
-    '# Generated by tools/update_build.py; tests/test_build_file.py keeps it in step with the code.',
-    '',
-    'load("@rules_python//python:defs.bzl", "py_binary", "py_library", "py_test")',
-    '',
-    'package(default_visibility = ["//visibility:public"])',
-    '',
-    'licenses(["notice"])',
-    '',
-  ]
-  for name, patterns, deps, doc in LIBRARIES:
-    srcs = _expand(patterns)
-    if not srcs:
+def _rule(kind: str, **attrs) -> list[str]:
+  lines = [f"{kind}("]
+  for key, value in attrs.items():
+    if value is None or value == []:
       continue
-    out += [
-      f"# {doc}",
-      "py_library(",
-      f'    name = "{name}",',
-      f"    srcs = {_list(srcs)},",
-      f"    deps = {_list(deps)}," if deps else "",
-      ")",
-      "",
-    ]
-  out += [
-    "py_binary(",
-    '    name = "fedmf",',
-    '    srcs = ["fedmf/cli/main.py"],',
-    '    main = "fedmf/cli/main.py",',
-    '    deps = [":cli"],',
-    ")",
+    if isinstance(value, bool):
+      lines.append(f"    {key} = {value},")
+    elif isinstance(value, list):
+      lines.append(f"    {key} = {_list(value)},")
+    else:
+      lines.append(f'    {key} = "{value}",')
+  return lines + [")", ""]
+
+
+def _check_acyclic(graph: dict[str, list[str]]) -> None:
+  """Bazel rejects a cycle between targets; name it instead of writing a BUILD that cannot load."""
+  state: dict[str, int] = {}
+
+  def visit(node, path):
+    state[node] = 1
+    for dep in graph.get(node, []):
+      if state.get(dep) == 1:
+        cycle = path[path.index(dep) :] + [dep] if dep in path else [node, dep]
+        raise SystemExit("update_build: import cycle between packages: " + " -> ".join(cycle))
+      if dep not in state:
+        visit(dep, path + [dep])
+    state[node] = 2
+
+  for node in sorted(graph):
+    if node not in state:
+      visit(node, [node])
+
+
+def render() -> dict[str, str]:
+  """The generated files: {path relative to the repository: text}."""
+  layout = _Layout(_all_files())
+  files = layout.files
+  out = [
+    "# Bazel build for fedmf: `python3 dev.py bazel` runs `bazel test //...` offline.",
+    "# Generated by tools/update_build.py from the imports; tests/test_build_file.py checks it.",
+    "# Python rules are Bazel's built-in ones; the interpreter is the project's .venv",
+    "# (third_party/bazel/python).",
+    "",
+    'package(default_visibility = ["//visibility:public"])',
+    "",
+    'licenses(["notice"])',
+    "",
+    'exports_files(["pyproject.toml"])',
     "",
   ]
-  binaries = [
-    (f, ":tff" if f.startswith("deploy/") or "aggregator" in f else ":privacy")
-    for f in _all_files()
-    if f.startswith(("deploy/", "benchmarks/"))
-  ]
-  for src, dep in binaries:
-    name = src[:-3].replace("/", "_")
-    out += [
-      "py_binary(",
-      f'    name = "{name}",',
-      f'    srcs = ["{src}"],',
-      f'    main = "{src}",',
-      f"    deps = {_list([':mf', ':program', dep])},",
-      ")",
-      "",
-    ]
-  tests = [f for f in _all_files() if f.startswith("tests/")]
+  graph: dict[str, list[str]] = {}
+  for package in layout.packages:
+    name = _library_name(package)
+    srcs = [f for f in files if f.rsplit("/", 1)[0] == package]
+    deps = layout.deps(srcs, own=":" + name)
+    graph[":" + name] = [d for d in deps if d.startswith(":")]
+    out += [f"# {package}/"] + _rule("py_library", name=name, srcs=srcs, deps=deps)
+
+  tests = [f for f in files if f.startswith("tests/")]
   helpers = [f for f in tests if not Path(f).name.startswith("test_")]
-  out += [
-    "py_library(",
-    '    name = "test_utils",',
-    "    testonly = True,",
-    f"    srcs = {_list(helpers)},",
-    ")",
+  helper_deps = layout.deps(helpers, own=":test_utils")
+  graph[":test_utils"] = [d for d in helper_deps if d.startswith(":")]
+  _check_acyclic(graph)
+  out += ["# Test helpers, conftest.py files and package markers."]
+  out += _rule("py_library", name="test_utils", testonly=True, srcs=helpers, deps=helper_deps)
+  out += ["# The pytest runner of every py_test (pytest's settings come from pyproject.toml)."]
+  out += _rule(
+    "py_library",
+    name="bazel_pytest",
+    testonly=True,
+    srcs=[RUNNER],
+    data=["pyproject.toml"],
+    deps=["@pypi//:pytest"],
+  )
+  layout.third_party.add("pytest")
+
+  if "fedmf/cli/main.py" in layout.file_set:
+    out += ["# The `fedmf` console script."]
+    out += _rule(
+      "py_binary",
+      name="fedmf_cli",
+      srcs=["fedmf/cli/main.py"],
+      main="fedmf/cli/main.py",
+      deps=[":cli"],
+    )
+  scripts = [f for f in files if f.split("/")[0] in SCRIPT_DIRS]
+  for rel in scripts:
+    srcs = layout.script_srcs(rel)
+    deps = layout.deps(srcs)
+    out += _rule(
+      "py_binary",
+      name=rel[:-3].replace("/", "_"),
+      testonly=":test_utils" in deps or None,
+      srcs=srcs,
+      main=rel,
+      deps=deps,
+    )
+
+  for rel in (f for f in tests if Path(f).name.startswith("test_")):
+    text = (ROOT / rel).read_text()
+    deps = sorted(set(layout.deps([rel])) | {":bazel_pytest", ":test_utils"})
+    deps.sort(key=lambda label: (label.startswith("@"), label))
+    local = any(marker in text for marker in LOCAL_MARKERS)
+    large = rel.startswith("tests/tff/") or any(m in text for m in LARGE_MARKERS)
+    out += _rule(
+      "py_test",
+      name=rel[len("tests/") : -3].replace("/", "_"),
+      size="large" if large else "medium",
+      srcs=[RUNNER, rel],
+      main=RUNNER,
+      args=[rel],
+      deps=deps,
+      tags=["exclusive", "no-sandbox"] if local else None,
+    )
+
+  pypi = [
+    "# Offline stand-in for the third-party Python packages, generated by tools/update_build.py:",
+    "# one empty py_library per top-level module the code imports, so BUILD can name what each",
+    "# target uses. The modules come from the .venv interpreter (third_party/bazel/python).",
+    "",
+    'package(default_visibility = ["//visibility:public"])',
     "",
   ]
-  for rel in (f for f in tests if Path(f).name.startswith("test_")):
-    test = ROOT / rel
-    name = rel[len("tests/") : -3].replace("/", "_")
-    text = test.read_text()
-    size = "large" if "tests/tff" in rel or "slow" in text else "medium"
-    deps = [":test_utils", ":mf"]
-    if "fedmf.tff" in text or "tensorflow" in text or "tests/tff" in rel:
-      deps.append(":tff")
-    if any(m in text for m in ("accounting", "participation", "audit", "report")):
-      deps.append(":privacy")
-    if "fedmf.cli" in text:
-      deps.append(":cli")
-    for layer in ("participation", "tasks", "program", "public_features"):
-      if f"fedmf.{layer}" in text:
-        deps.append(f":{layer}")
-    out += [
-      "py_test(",
-      f'    name = "{name}",',
-      f'    size = "{size}",',
-      f'    srcs = ["{rel}"],',
-      f'    main = "{rel}",',
-      f"    deps = {_list(deps)},",
-      ")",
-      "",
-    ]
-  text = "\n".join(out)
-  (ROOT / "BUILD").write_text(text.replace("\n\n)", "\n)"))
+  for module in sorted(layout.third_party):
+    pypi += [f'py_library(name = "{module}")', ""]
+  return {
+    "BUILD": "\n".join(out).rstrip("\n") + "\n",
+    PYPI_BUILD: "\n".join(pypi).rstrip("\n") + "\n",
+  }
+
+
+def stale() -> list[str]:
+  """Generated files whose text on disk differs from what render() gives."""
+  return [
+    path
+    for path, text in render().items()
+    if not (ROOT / path).exists() or (ROOT / path).read_text() != text
+  ]
+
+
+def main() -> int:
+  if "--check" in sys.argv:
+    old = stale()
+    if old:
+      print(f"update_build: not current: {', '.join(old)}; run python3 tools/update_build.py")
+      return 1
+    return 0
+  for path, text in render().items():
+    (ROOT / path).parent.mkdir(parents=True, exist_ok=True)
+    (ROOT / path).write_text(text)
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())
