@@ -31,7 +31,7 @@ def quiet_tensorflow() -> None:
   """Imports TensorFlow without its start-up lines and quiets the chatty loggers (see above)."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   quiet_loggers()
-  from fedmf.cli import quiet  # pylint: disable=g-import-not-at-top
+  from fedmf import quiet  # pylint: disable=g-import-not-at-top
 
   quiet.import_tensorflow_quietly()
   import absl.logging  # pylint: disable=g-import-not-at-top

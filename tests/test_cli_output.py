@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fedmf.cli import main as cli_main
-from fedmf.cli import quiet
+from fedmf import quiet
 from tests import conftest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def test_tensorflow_import_chatter_is_filtered_and_nothing_else(tmp_path):
   fake = tmp_path / "fake"
   (fake / "tensorflow").mkdir(parents=True)
   (fake / "tensorflow" / "__init__.py").write_text(_FAKE_TENSORFLOW)
-  code = "from fedmf.cli import quiet; quiet.import_tensorflow_quietly(); print('done')"
+  code = "from fedmf import quiet; quiet.import_tensorflow_quietly(); print('done')"
   proc = subprocess.run(
     [sys.executable, "-c", code],
     capture_output=True,
@@ -108,7 +108,7 @@ def test_tensorflow_import_chatter_is_filtered_and_nothing_else(tmp_path):
 
 
 def test_the_real_tensorflow_import_prints_nothing():
-  code = "from fedmf.cli import quiet; quiet.import_tensorflow_quietly(); print('done')"
+  code = "from fedmf import quiet; quiet.import_tensorflow_quietly(); print('done')"
   proc = subprocess.run(
     [sys.executable, "-c", code],
     capture_output=True,

@@ -23,7 +23,7 @@ import warnings
 
 from fedmf import __version__
 from fedmf import console
-from fedmf.cli import quiet
+from fedmf import quiet
 from fedmf.errors import FedmfRuntimeError, FedmfUserError
 from fedmf.mf import resources
 

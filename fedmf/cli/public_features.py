@@ -1,7 +1,7 @@
 """`fedmf public-features`: registered here like every subcommand; the parser and the work live in
 fedmf/public_features/ (cli.py: argparse only; the rest is imported when the command runs)."""
 
-from fedmf.cli import quiet
+from fedmf import quiet
 from fedmf.public_features import cli
 
 

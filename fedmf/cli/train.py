@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedmf.cli import common
-from fedmf.cli import quiet
+from fedmf import quiet
 from fedmf.errors import FedmfUserError
 from fedmf.cli import simulate as simulate_cli
 

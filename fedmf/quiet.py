@@ -1,4 +1,5 @@
-"""Quiet, honest output: what third-party libraries print that says nothing about the run.
+"""Quiet, honest output: what third-party libraries print that says nothing about the run (stdlib only;
+used by the CLI and by `fedmf.console`).
 
 * TensorFlow 2.14 prints GPU-probing lines while it is imported ("Unable to register cuDNN
   factory", ...), even with TF_CPP_MIN_LOG_LEVEL=2: `import_tensorflow_quietly` filters exactly
