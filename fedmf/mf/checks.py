@@ -106,7 +106,7 @@ def positive_int(obj: Mapping[str, Any], key: str) -> int:
 
 # Keys a strategy file may hold besides its mechanism's fields: what fedmf writes about how it was
 # made (`fedmf strategy optimize`, the plan cache), and a free-text note.
-METADATA_FIELDS = ("optimized_for", "loss", "optimizer_seconds", "note")
+METADATA_FIELDS = ("optimized_for", "loss", "optimizer_seconds", "band_choice", "note")
 
 
 def extra_fields(obj: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:

@@ -179,6 +179,13 @@ class TrainingConfig:
       raise ConfigError(
         f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier!r}"
       )
+    if self.noise_multiplier is not None and self.noise_multiplier * self.clip_norm > 1e30:
+      # The training noise is float32 (max 3.4e38, before the strategy's own gain): refused here,
+      # not after TensorFlow started and round 0 overflowed.
+      raise ConfigError(
+        f"noise_multiplier × clip_norm = {self.noise_multiplier * self.clip_norm:.3g} would "
+        "overflow the float32 training noise; no useful run has noise beyond 1e30"
+      )
     if not 0 < self.delta < 1:
       raise ConfigError(f"delta must lie in (0, 1), got {self.delta!r}")
     for key in ("clip_norm", "client_learning_rate", "server_learning_rate", "cooldown_factor"):

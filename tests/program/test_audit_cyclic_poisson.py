@@ -3,6 +3,7 @@ partitions; a complying log is credited the amplified ε (BandMF Thm 4), a viola
 reported and falls back to the non-amplified claim, and `--strict` fails on it."""
 
 import csv
+import hashlib
 import json
 import shutil
 
@@ -113,6 +114,13 @@ def test_a_device_outside_its_partition_is_a_violation_without_amplification(
     writer = csv.DictWriter(f, fieldnames=fields)
     writer.writeheader()
     writer.writerows(rows)
+  # As if the run itself had written this log (its manifest names the log's hash; an edited file
+  # would be refused as changed since the run, which tests/program/test_run_trust.py covers).
+  manifest = json.loads((edited / "run.json").read_text())
+  manifest["files"]["participation.csv"] = hashlib.sha256(
+    (edited / "participation.csv").read_bytes()
+  ).hexdigest()
+  (edited / "run.json").write_text(json.dumps(manifest))
   expected = _expected(run_dir).epsilon
 
   code, out, _ = _audit(capsys, edited, "--json")
