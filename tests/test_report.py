@@ -143,3 +143,27 @@ def test_a_rewrite_drops_plots_the_new_report_does_not_draw(tmp_path):
   clean = _result(tmp_path, [(0, "a"), (5, "a")], rounds=10, min_sep=3)
   report.write_report(clean, tmp_path / "rep")
   assert not (tmp_path / "rep" / "violating_clients.png").exists()
+
+
+def test_one_divergent_round_does_not_flatten_the_loss_plot(monkeypatch):
+  # Issue 26 A.4: a round with loss 5720 among rounds near 3-5 is said, not scaled to.
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  from fedmf.privacy import report  # pylint: disable=import-outside-toplevel
+
+  figures = []
+  monkeypatch.setattr(report, "_png", lambda fig: figures.append(fig) or b"png")
+  n = 60
+  loss = np.linspace(5.0, 3.0, n)
+  loss[38] = 5720.65
+  zeroed = np.zeros(n)
+  zeroed[38] = 2
+  metrics = report.RunMetrics(
+    columns={"round": np.arange(n, dtype=float), "loss": loss, "zeroed": zeroed}
+  )
+  assert report._plot_training(metrics) == b"png"  # pylint: disable=protected-access
+  right = figures[0].axes[1]
+  assert right.get_ylim()[1] < 10  # the bulk of the rounds fills the plot
+  assert "1 above the plot, up to 5721" in right.get_title()
+  labels = [h.get_label() for h in right.get_legend().legend_handles]
+  assert any("zeroed updates (2 updates)" in label for label in labels)

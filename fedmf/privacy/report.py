@@ -318,13 +318,33 @@ def _plot_training(metrics: RunMetrics) -> Optional[bytes]:
   left.set_title("Test accuracy")
   left.set_xlabel("rounds completed")
   left.grid(alpha=0.3)
+  shown = []
   if loss is not None:
     ok = np.isfinite(loss)
     right.plot(x[ok], loss[ok], color="#7f7f7f", lw=1, label="training loss (cohort)")
+    shown.append(loss[ok])
   if test_loss is not None:
     ok = np.isfinite(test_loss)
     right.plot(x[ok], test_loss[ok], "o-", color=_DECLARED, ms=3, label="test loss")
-  right.set_title("Loss")
+    shown.append(test_loss[ok])
+  title = "Loss"
+  values = np.concatenate(shown) if shown else np.zeros(0)
+  if values.size >= 5:
+    # One divergent round must not flatten the curve (issue 26, A.4): scale to the bulk of the
+    # rounds and say what lies above.
+    low, high = np.percentile(values, [0, 95])
+    top = high + 0.25 * max(high - low, abs(high) * 0.05)
+    above = values > top
+    if above.any():
+      right.set_ylim(min(low, 0) if low >= 0 else low, top)
+      title += f" ({int(above.sum())} above the plot, up to {float(values.max()):.4g})"
+  zeroed = metrics.get("zeroed")
+  if zeroed is not None and np.nansum(zeroed) > 0:
+    hit = np.nan_to_num(zeroed) > 0
+    bottom = right.get_ylim()[0]
+    right.plot(x[hit], np.full(int(hit.sum()), bottom), "x", color=_BAD, ms=6,
+               label=f"rounds with zeroed updates ({int(np.nansum(zeroed))} updates)")  # fmt: skip
+  right.set_title(title)
   right.set_xlabel("rounds completed")
   right.grid(alpha=0.3)
   right.legend(frameon=False)
