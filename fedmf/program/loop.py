@@ -162,7 +162,7 @@ def build_run(
   `task` replaces the config's task with your own `fedmf.tasks.Task` (your data and model).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
-  from fedmf.tasks import build_task  # pylint: disable=g-import-not-at-top
+  from fedmf import tasks  # pylint: disable=g-import-not-at-top
   from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
@@ -170,7 +170,21 @@ def build_run(
     resources.check(
       model_state_cost(config), f"training {config.model} at vocab_size {config.vocab_size}"
     )
-  task = build_task(config) if task is None else task
+  if task is None:
+    task = tasks.build_task(
+      tasks.TaskSpec(
+        task=config.task,
+        num_clients=config.num_clients,
+        vocab_size=config.vocab_size,
+        preset=config.model,
+        sequence_length=config.sequence_length,
+        batch_size=config.batch_size,
+        max_sentences=config.max_sentences_per_client,
+        test_sentences=config.test_sentences,
+        seed=config.seed,
+        data_dir=config.data_dir,
+      )
+    )
   if config.clients_per_round > task.num_clients:
     raise ConfigError(
       f"clients_per_round ({config.clients_per_round}) exceeds the task's "

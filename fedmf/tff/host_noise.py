@@ -17,7 +17,7 @@ computation.
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
