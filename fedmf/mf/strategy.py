@@ -251,6 +251,18 @@ class Strategy(abc.ABC):
       cache[key] = self._compute_sensitivity(schema, method)
     return cache[key]
 
+  def checked_sensitivity(self, schema: ParticipationSchema, method: str = "auto") -> Sensitivity:
+    """`sensitivity`, first refusing a horizon the strategy lacks and, unless it is cached, work
+    beyond the resource limits (`fedmf.mf.resources`: --max-memory, --max-seconds)."""
+    self.check_horizon(schema.n)
+    cache = self.__dict__.get("_sensitivity_cache") or {}
+    if (schema.n, schema.min_sep, schema.effective_max_participations, method) not in cache:
+      resources.check(
+        self.sensitivity_cost(schema, method),
+        f"the sensitivity of {self.describe()} at n={schema.n}",
+      )
+    return self.sensitivity(schema, method)
+
   def _compute_sensitivity(self, schema: ParticipationSchema, method: str) -> Sensitivity:
     b, k = schema.min_sep, schema.effective_max_participations
     if method == "auto":

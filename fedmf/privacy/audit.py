@@ -192,14 +192,11 @@ def _audit(
     )
   if sigma == 0:
     warnings.append("noise multiplier 0: trained without DP, so no privacy guarantee holds")
-  # One sensitivity evaluation per distinct (rounds, b, k): the realized claim is also the ε curve's
-  # last point.
-  sensitivities: dict[tuple[int, Optional[int], int], Any] = {}
 
+  # One sensitivity evaluation per distinct (rounds, b, k), cached by the strategy: the realized
+  # claim is also the ε curve's last point.
   def sensitivity(r: int, b: Optional[int], k: Optional[int]):
-    return curve_lib.cached_sensitivity(
-      strategy, ParticipationSchema(r, b, k), method, sensitivities
-    )
+    return curve_lib.cached_sensitivity(strategy, ParticipationSchema(r, b, k), method)
 
   k_obs = stats.observed_max_participations
   b_obs = stats.observed_min_sep
@@ -245,7 +242,7 @@ def _audit(
     # bounded number of evaluations, the others labelled upper bounds.
     every_round = {"max_evaluations": None, "time_budget": 1e12} if curve == "every-round" else {}
     eps_curve = curve_lib.epsilon_curve(
-      strategy, b_r, k_r, sigma, delta, method=method, sensitivities=sensitivities, **every_round
+      strategy, b_r, k_r, sigma, delta, method=method, **every_round
     )
   strategy_info = {"mechanism": strategy.mechanism, "description": strategy.describe()}
   if strategy.horizon is not None:
