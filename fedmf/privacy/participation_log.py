@@ -25,10 +25,7 @@ import io
 import json
 import os
 import pathlib
-import signal
 import sys
-import threading
-import weakref
 import zlib
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
@@ -36,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fedmf import atomic_files
 from fedmf.errors import FedmfUserError
 
 ROUND = "round"
@@ -971,44 +969,6 @@ class ClientIndex:
 # Writing.
 
 
-# Writers whose temporary file exists. SIGTERM's default action kills the process without running
-# `finally` blocks or `__exit__`, which would leave `.<name>.partial-<pid>` behind; while a writer is
-# open (and nobody else handles SIGTERM) a handler removes the temporary files, then lets the
-# default action end the process. The fedmf CLI raises an exception on SIGTERM instead, so there
-# the `with` block's abort removes them.
-_OPEN_WRITERS: "weakref.WeakSet[ParticipationLogWriter]" = weakref.WeakSet()
-_SIGTERM_INSTALLED = False
-
-
-def _remove_partials_and_terminate(signum, frame):  # pylint: disable=unused-argument
-  for writer in list(_OPEN_WRITERS):
-    writer._remove_partial()  # pylint: disable=protected-access
-  signal.signal(signum, signal.SIG_DFL)
-  os.kill(os.getpid(), signum)
-
-
-def _watch_sigterm() -> None:
-  """Installs the cleanup handler if SIGTERM has its default action (main thread only)."""
-  global _SIGTERM_INSTALLED
-  if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
-    return
-  if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-    signal.signal(signal.SIGTERM, _remove_partials_and_terminate)
-    _SIGTERM_INSTALLED = True
-
-
-def _unwatch_sigterm() -> None:
-  """Restores the default action once no writer is open (if the handler is still ours)."""
-  global _SIGTERM_INSTALLED
-  if not _SIGTERM_INSTALLED or _OPEN_WRITERS:
-    return
-  if threading.current_thread() is not threading.main_thread():
-    return
-  if signal.getsignal(signal.SIGTERM) is _remove_partials_and_terminate:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  _SIGTERM_INSTALLED = False
-
-
 class ParticipationLogWriter:
   """Writes a participation log, atomically: a temporary file renamed on ``close()``.
 
@@ -1030,12 +990,11 @@ class ParticipationLogWriter:
     self._fmt = log_format(self.path)
     if not self.path.parent.exists():
       raise ParticipationLogError(f"{self.path.parent}: no such directory")
-    self.partial_path = self.path.with_name(f".{self.path.name}.partial-{os.getpid()}")
-    self._keep_partial = keep_partial
-    self._raw = open(self.partial_path, "wb")
-    if not keep_partial:
-      _OPEN_WRITERS.add(self)
-      _watch_sigterm()
+    self._partial = atomic_files.PartialFile(
+      self.path, tag="partial", keep=keep_partial, sigterm=not keep_partial
+    )
+    self.partial_path = self._partial.partial
+    self._raw = self._partial.file
     self._sink = gzip.GzipFile(fileobj=self._raw, mode="wb") if self._fmt.gzip else self._raw
     self._schema: pa.Schema | None = None
     self._writer: Any = None
@@ -1148,19 +1107,7 @@ class ParticipationLogWriter:
       self._writer.close()
     if self._sink is not self._raw:
       self._sink.close()
-    self._raw.flush()
-    os.fsync(self._raw.fileno())
-    self._raw.close()
-    os.replace(self.partial_path, self.path)
-    self._forget()
-    try:  # Make the rename durable.
-      dir_fd = os.open(self.path.parent, os.O_RDONLY)
-      try:
-        os.fsync(dir_fd)
-      finally:
-        os.close(dir_fd)
-    except OSError:
-      pass
+    self._partial.commit()
     self._closed = True
     return self.path
 
@@ -1174,22 +1121,9 @@ class ParticipationLogWriter:
         self._writer.close()
       if self._sink is not self._raw:
         self._sink.close()
-      self._raw.close()
     except Exception:  # pylint: disable=broad-except
       pass
-    self._remove_partial()
-    self._forget()
-
-  def _remove_partial(self) -> None:
-    if not self._keep_partial:
-      try:
-        os.unlink(self.partial_path)
-      except OSError:
-        pass
-
-  def _forget(self) -> None:
-    _OPEN_WRITERS.discard(self)
-    _unwatch_sigterm()
+    self._partial.abort()
 
 
 def write_participation_log(
@@ -1241,12 +1175,7 @@ def truncate_csv_by_round(path: str | os.PathLike[str], keep_below: int, key: st
     if len(fields) != len(header) or value >= keep_below:
       break
     kept.append(line)
-  tmp = path.with_name(f".{path.name}.truncate-{os.getpid()}")
-  with open(tmp, "w", encoding="utf-8", newline="") as f:
-    f.write("\n".join(kept) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  atomic_files.write_text(path, "\n".join(kept) + "\n", tag="truncate", newline="")
   return len(kept) - 1
 
 
@@ -1276,12 +1205,7 @@ class AppendableParticipationLog:
       raise ParticipationLogError(f"{self.path}: an appendable log must be a plain .csv file")
     if self.path.exists():
       truncate_csv_by_round(self.path, resume_below)
-    else:
-      with open(self.path, "w", encoding="utf-8", newline="") as f:
-        f.write(f"{ROUND},{CLIENT_ID}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    self._file = open(self.path, "a", encoding="utf-8", newline="")
+    self._journal = atomic_files.Journal(self.path, f"{ROUND},{CLIENT_ID}\n", newline="")
 
   def write_round(self, round_index: int, client_ids: Sequence[Any]) -> None:
     buf = io.StringIO()
@@ -1291,13 +1215,10 @@ class AppendableParticipationLog:
       if not client:
         raise ValueError("client ids must be non-empty")
       writer.writerow([int(round_index), client])
-    self._file.write(buf.getvalue())
-    self._file.flush()
-    os.fsync(self._file.fileno())
+    self._journal.append(buf.getvalue())
 
   def close(self) -> None:
-    if not self._file.closed:
-      self._file.close()
+    self._journal.close()
 
   def __enter__(self) -> "AppendableParticipationLog":
     return self

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fedmf import atomic_files
 from fedmf import jsonio
 from fedmf import __version__
 from fedmf.privacy import audit as audit_lib
@@ -944,18 +945,7 @@ def write_report(
     files["curve"] = ("epsilon_curve.csv", _curve_csv(result.curve).encode("utf-8"))
   for key, png in plots.items():
     files[f"plot_{key}"] = (PLOT_FILES[key], png)
-  staged: list[tuple[pathlib.Path, pathlib.Path]] = []
-  try:
-    for name, payload in files.values():
-      tmp = out / f".{name}.tmp-{os.getpid()}"
-      staged.append((tmp, out / name))
-      tmp.write_bytes(payload)
-    for tmp, final in staged:
-      os.replace(tmp, final)
-  finally:
-    for tmp, _ in staged:
-      if tmp.exists():
-        tmp.unlink()
+  atomic_files.write_files({out / name: payload for name, payload in files.values()})
   # Plots of an earlier report that this one does not draw would describe another audit.
   for key, name in PLOT_FILES.items():
     if f"plot_{key}" not in files and (out / name).exists():
