@@ -135,18 +135,14 @@ class _Timer:
 
 
 def worker_audit(path: str, rounds: int) -> dict:
-  from fedmf.privacy import accounting, audit, curve, participation_log  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import accounting, audit, curve, log_reader, participation_log  # pylint: disable=g-import-not-at-top
 
   rss_before = _rss_mb()
   timer = _Timer()
   # Where the time goes: the reader thread (parse = waiting for Arrow's next CSV batch; validate;
   # ids -> codes), the scan thread (LogScan.update), then the rest in order.
-  participation_log._iter_csv = timer.generator(
-    "read: parse CSV (Arrow)", participation_log._iter_csv
-  )
-  participation_log._validate_batch = timer.function(
-    "read: validate batch", participation_log._validate_batch
-  )
+  log_reader._iter_csv = timer.generator("read: parse CSV (Arrow)", log_reader._iter_csv)
+  log_reader._validate_batch = timer.function("read: validate batch", log_reader._validate_batch)
   participation_log.ClientIndex.codes = timer.function(
     "read: client ids -> codes", participation_log.ClientIndex.codes
   )

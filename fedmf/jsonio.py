@@ -3,7 +3,7 @@
 One concept: JSON has no NaN or Infinity (RFC 8259); Python's `json` writes them by default, and
 other readers (jq, JavaScript, Go) then refuse the file. Every fedmf writer goes through
 `json_text` / `write_json`: non-finite floats become `null`, numpy values become Python's, paths
-become strings, and files are written atomically (temporary file in the same directory, renamed).
+become strings, and files are written atomically (`fedmf.atomic_files`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import math
 import os
 from pathlib import Path
 from typing import Any, Optional
+
+from fedmf import atomic_files
 
 
 def _default(value):
@@ -45,14 +47,5 @@ def json_text(obj: Any, indent: Optional[int] = 1) -> str:
 
 
 def write_json(path: str | os.PathLike[str], obj: Any, *, mode: Optional[int] = None) -> None:
-  """Strict JSON written atomically (temporary file in the same directory, then rename)."""
-  path = Path(path)
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  try:
-    tmp.write_text(json_text(obj) + "\n", encoding="utf-8")
-    if mode is not None:
-      os.chmod(tmp, mode)
-    os.replace(tmp, path)
-  finally:
-    if tmp.exists():
-      tmp.unlink()
+  """Strict JSON written atomically (`fedmf.atomic_files`); `mode` sets its permissions."""
+  atomic_files.write_text(path, json_text(obj) + "\n", mode=mode)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from fedmf.privacy import audit, log_scan, participation_log
+from fedmf.privacy import audit, log_reader, log_scan, participation_log
 
 
 def reference(rows, min_sep=None, max_participations=None):
@@ -192,7 +192,7 @@ def test_scan_log_file_equals_reference(
   path = tmp_path_factory.mktemp("scan") / f"log.{ext}"
   participation_log.write_participation_log(path, [r for r, _ in rows], [c for _, c in rows])
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(participation_log, "_CSV_BLOCK_SIZE", 64)
+    mp.setattr(log_reader, "_CSV_BLOCK_SIZE", 64)
     if history is not None:
       mp.setattr(log_scan, "_HISTORY_ROWS", history)
     stats, table = audit.scan_log(

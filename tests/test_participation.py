@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from fedmf.privacy import participation_log as P
+from fedmf.privacy import log_reader, participation_log as P
 
 EXTS = ["csv", "csv.gz", "jsonl", "jsonl.gz", "parquet"]
 
@@ -223,7 +223,7 @@ def test_client_index_many_ids_and_table_growth():
 
 def test_csv_integral_float_rounds_after_first_block(tmp_path, monkeypatch):
   """Rounds parse as int64 first; a later '3.0' re-reads as float64 without losing or repeating rows."""
-  monkeypatch.setattr(P, "_CSV_BLOCK_SIZE", 64)
+  monkeypatch.setattr(log_reader, "_CSV_BLOCK_SIZE", 64)
   rows = [(i % 7, f"c{i % 13}") for i in range(200)]
   text = "round,client_id\n" + "".join(f"{r},{c}\n" for r, c in rows[:150])
   text += "".join(f"{r}.0,{c}\n" for r, c in rows[150:])

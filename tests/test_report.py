@@ -3,18 +3,18 @@
 written all or nothing."""
 
 import html.parser
-import pathlib
+import os
 
 import matplotlib
 import numpy as np
 import pytest
 
-from fedmf.privacy import audit, participation_log, report
+from fedmf.privacy import audit, participation_log, report, report_plots
 
 matplotlib.use("Agg")
 
 BLT = {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]}
-RED = matplotlib.colors.to_rgba(report._BAD)  # pylint: disable=protected-access
+RED = matplotlib.colors.to_rgba(report_plots._BAD)  # pylint: disable=protected-access
 
 
 def _result(tmp_path, rows, **kwargs):
@@ -60,7 +60,7 @@ def test_the_html_is_semantic_and_self_contained(tmp_path):
 
 def _capture(monkeypatch):
   figures = []
-  monkeypatch.setattr(report, "_png", lambda fig: figures.append(fig) or b"png")
+  monkeypatch.setattr(report_plots, "_png", lambda fig: figures.append(fig) or b"png")
   return figures
 
 
@@ -69,7 +69,7 @@ def test_small_counts_get_linear_axes_and_large_spans_log_axes():
 
   for counts, scale in (([1, 61, 52], "linear"), ([3, 200_000], "log"), ([5000, 9000], "linear")):
     fig, ax = plt.subplots()
-    report._count_axis(ax, np.array(counts))  # pylint: disable=protected-access
+    report_plots._count_axis(ax, np.array(counts))  # pylint: disable=protected-access
     assert ax.get_yscale() == scale, counts
     plt.close(fig)
 
@@ -77,8 +77,8 @@ def test_small_counts_get_linear_axes_and_large_spans_log_axes():
 def test_violating_bars_are_red_and_the_declared_limits_drawn(tmp_path, monkeypatch):
   res = _result(tmp_path, ROWS, rounds=10, min_sep=3, max_participations=3)
   figures = _capture(monkeypatch)
-  report._plot_participations(res)  # pylint: disable=protected-access
-  report._plot_gaps(res)  # pylint: disable=protected-access
+  report_plots._plot_participations(res)  # pylint: disable=protected-access
+  report_plots._plot_gaps(res)  # pylint: disable=protected-access
   participations, gaps = (f.axes[0] for f in figures)
   red = {
     int(round(p.get_x() + p.get_width() / 2))
@@ -98,7 +98,7 @@ def test_violating_bars_are_red_and_the_declared_limits_drawn(tmp_path, monkeypa
 def test_the_epsilon_curve_shows_the_declared_epsilon_and_the_budget(tmp_path, monkeypatch):
   res = _result(tmp_path, ROWS, rounds=10, min_sep=3, max_participations=3, max_epsilon=7.5)
   figures = _capture(monkeypatch)
-  report._plot_epsilon(res)  # pylint: disable=protected-access
+  report_plots._plot_epsilon(res)  # pylint: disable=protected-access
   ax = figures[0].axes[0]
   labels = [line.get_label() for line in ax.get_lines()]
   declared = res.declared.accounting.epsilon
@@ -112,7 +112,7 @@ def test_the_epsilon_curve_shows_the_declared_epsilon_and_the_budget(tmp_path, m
 def test_violating_clients_timeline_marks_the_close_pairs(tmp_path, monkeypatch):
   res = _result(tmp_path, ROWS, rounds=10, min_sep=3)
   figures = _capture(monkeypatch)
-  report._plot_violators(res)  # pylint: disable=protected-access
+  report_plots._plot_violators(res)  # pylint: disable=protected-access
   ax = figures[0].axes[0]
   red = [line for line in ax.get_lines() if matplotlib.colors.to_rgba(line.get_color()) == RED]
   assert [list(line.get_xdata()) for line in red] == [[0, 2]]
@@ -122,15 +122,15 @@ def test_violating_clients_timeline_marks_the_close_pairs(tmp_path, monkeypatch)
 def test_a_failed_write_leaves_no_report(tmp_path, monkeypatch):
   res = _result(tmp_path, ROWS, rounds=10, min_sep=3)
   written = []
-  real = pathlib.Path.write_bytes
+  real = os.fsync
 
-  def flaky(self, data):
+  def flaky(fd):  # The fourth file cannot be made durable: the disk is full.
     if len(written) == 3:
       raise OSError(28, "No space left on device")
-    written.append(self)
-    return real(self, data)
+    written.append(fd)
+    return real(fd)
 
-  monkeypatch.setattr(pathlib.Path, "write_bytes", flaky)
+  monkeypatch.setattr(os, "fsync", flaky)
   with pytest.raises(OSError, match="No space left"):
     report.write_report(res, tmp_path / "rep")
   assert list((tmp_path / "rep").iterdir()) == []
@@ -149,10 +149,8 @@ def test_one_divergent_round_does_not_flatten_the_loss_plot(monkeypatch):
   # Issue 26 A.4: a round with loss 5720 among rounds near 3-5 is said, not scaled to.
   import numpy as np  # pylint: disable=import-outside-toplevel
 
-  from fedmf.privacy import report  # pylint: disable=import-outside-toplevel
-
   figures = []
-  monkeypatch.setattr(report, "_png", lambda fig: figures.append(fig) or b"png")
+  monkeypatch.setattr(report_plots, "_png", lambda fig: figures.append(fig) or b"png")
   n = 60
   loss = np.linspace(5.0, 3.0, n)
   loss[38] = 5720.65
@@ -161,9 +159,28 @@ def test_one_divergent_round_does_not_flatten_the_loss_plot(monkeypatch):
   metrics = report.RunMetrics(
     columns={"round": np.arange(n, dtype=float), "loss": loss, "zeroed": zeroed}
   )
-  assert report._plot_training(metrics) == b"png"  # pylint: disable=protected-access
+  assert report_plots._plot_training(metrics) == b"png"  # pylint: disable=protected-access
   right = figures[0].axes[1]
   assert right.get_ylim()[1] < 10  # the bulk of the rounds fills the plot
   assert "1 above the plot, up to 5721" in right.get_title()
   labels = [h.get_label() for h in right.get_legend().legend_handles]
   assert any("zeroed updates (2 updates)" in label for label in labels)
+
+
+def test_the_report_plots_the_metrics_it_is_given_and_reads_no_run_file(tmp_path):
+  # Issue 21 §2: the privacy layer does not read the program's files; the caller passes them.
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3)
+  out = tmp_path / "rep"
+  out.mkdir()
+  (out / "metrics.csv").write_text("round,loss,accuracy\n0,2.0,0.5\n1,1.5,0.6\n")
+  report.write_report(res, out)
+  assert not (out / "training.png").exists()
+  columns = {
+    "round": np.arange(2.0),
+    "loss": np.array([2.0, 1.5]),
+    "accuracy": np.array([0.5, 0.6]),
+  }
+  metrics = report.RunMetrics(columns, 0.1)
+  report.write_report(res, out, metrics=metrics)
+  assert (out / "training.png").exists()
+  assert "No check-in was refused in the 2 rounds" in (out / "report.md").read_text()

@@ -176,8 +176,12 @@ def run(args: argparse.Namespace) -> int:
     result = dataclasses.replace(result, warnings=inputs.warnings + result.warnings)
   paths = None
   if args.report is not None:
+    from fedmf.program import run_dir  # pylint: disable=g-import-not-at-top
+
+    # The run's training curves; a log file's report plots those of a run in --report DIR, if any.
+    metrics = run_dir.read_metrics(run_dir_path if run_dir_path is not None else args.report)
     paths = report_lib.write_report(
-      result, args.report, strategy_path=inputs.strategy_path, run_dir=run_dir_path
+      result, args.report, strategy_path=inputs.strategy_path, metrics=metrics
     )
   verdict = result.verdict()
   if args.json:

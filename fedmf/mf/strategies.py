@@ -146,18 +146,13 @@ def save_strategy(strategy: Strategy, path: Union[str, os.PathLike], **metadata:
   """
   obj = strategy.to_dict()
   obj.update(metadata)
+  from fedmf import atomic_files  # pylint: disable=g-import-not-at-top
+
   path = Path(path)
-  tmp = path.with_name(path.name + ".tmp")
   try:
-    tmp.write_text(jsonio.json_text(obj) + "\n")
-    os.replace(tmp, path)
+    atomic_files.write_text(path, jsonio.json_text(obj) + "\n")
   except OSError as e:
     raise StrategyError(f"cannot write strategy file {path}: {e.strerror or e}") from None
-  finally:
-    try:
-      tmp.unlink()  # Gone after the rename; left by a failure or an interrupt.
-    except OSError:
-      pass
 
 
 def with_metadata(strategy: Strategy, **metadata: Any) -> Strategy:

@@ -1,7 +1,7 @@
 """What a run writes: metrics (CSV and TensorBoard), JSON files, and progress for people.
 
 One concept: the run's outputs, written so that a crash never leaves a half-written file under its
-final name (temporary file + rename; the CSV keeps whole lines only).
+final name (`fedmf.atomic_files`; the CSV keeps whole lines only).
 
 * metrics.csv: one row per round; `accuracy`, `test_loss` and `epsilon` on evaluated rounds only.
 * tensorboard/: the same scalars, for `tensorboard --logdir OUT/tensorboard`.
@@ -13,11 +13,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from fedmf import atomic_files
 from fedmf import jsonio
 
 METRIC_COLUMNS = (
@@ -63,8 +63,9 @@ class MetricsWriter:
 
   def __init__(self, out_dir: Path, tensorboard: bool = True):
     self.path = Path(out_dir) / "metrics.csv"
-    self.partial = self.path.with_name(f".metrics.csv.partial-{os.getpid()}")
-    self._file = open(self.partial, "w", encoding="utf-8")
+    self._partial = atomic_files.PartialFile(self.path, tag="partial", encoding="utf-8")
+    self.partial = self._partial.partial
+    self._file = self._partial.file
     self._file.write(",".join(METRIC_COLUMNS) + "\n")
     self._tb = None
     if tensorboard:
@@ -85,15 +86,12 @@ class MetricsWriter:
             tf.summary.scalar(key, value)
 
   def close(self) -> None:
-    self._file.close()
-    os.replace(self.partial, self.path)
+    self._partial.commit()
     if self._tb is not None:
       self._tb.flush()
 
   def abort(self) -> None:
-    self._file.close()
-    if self.partial.exists():
-      self.partial.unlink()
+    self._partial.abort()
 
 
 class Progress:

@@ -7,7 +7,8 @@ One concept: the privacy inputs of a finished (or stopped) run, from the files `
   strategy.json   the strategy the noise came from (`fedmf.mf.strategies.save_strategy`)
   run.json        the run id and the sha256 of every file (`fedmf.program.run_manifest`): a
                   directory mixing runs, or holding an unfinished one, is refused
-  summary.json    rounds_completed
+  summary.json    rounds_completed; initial_test_accuracy (for the report's training plot)
+  metrics.csv     the per-round metrics the report plots (`read_metrics`)
   config.json     the resolved config (rounds, delta), a fallback for plan.json's values
   participation.csv (or .csv.gz, .jsonl, .jsonl.gz, .parquet)   the participation log
 
@@ -257,4 +258,54 @@ def read_run(path: str | Path) -> RunInputs:
     notes=tuple(notes),
     sources=sources,
     sampling=sampling,
+  )
+
+
+METRICS_FILE = "metrics.csv"
+
+
+def read_metrics(directory: str | Path, initial_accuracy: Optional[float] = None):
+  """A run directory's metrics.csv as a `fedmf.privacy.report_model.RunMetrics` for its report, or
+  None when absent or unreadable (the report goes on without the training plots).
+
+  The accuracy before training is `initial_accuracy` when given, else summary.json's
+  initial_test_accuracy (None if absent).
+  """
+  import csv  # pylint: disable=g-import-not-at-top
+
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedmf.privacy.report_model import RunMetrics  # pylint: disable=g-import-not-at-top
+
+  path = Path(directory) / METRICS_FILE
+  if not path.is_file():
+    return None
+  try:
+    with open(path, newline="", encoding="utf-8") as f:
+      rows = list(csv.DictReader(f))
+  except (OSError, UnicodeDecodeError, csv.Error):
+    return None
+  if not rows or "round" not in rows[0]:
+    return None
+
+  def number(text: Optional[str]) -> float:
+    try:
+      return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+      return math.nan
+
+  names = [k for k in rows[0] if k is not None]
+  if initial_accuracy is None:
+    try:
+      summary = json.loads((Path(directory) / SUMMARY_FILE).read_text(encoding="utf-8"))
+      value = summary.get("initial_test_accuracy") if isinstance(summary, dict) else None
+      initial_accuracy = (
+        float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+      )
+    except (OSError, ValueError):
+      pass
+  else:
+    initial_accuracy = float(initial_accuracy)
+  return RunMetrics(
+    {k: np.array([number(r.get(k)) for r in rows]) for k in names}, initial_accuracy
   )

@@ -228,7 +228,8 @@ def finish(
       result,
       out,
       strategy_path=str(strategy_file) if strategy_file.is_file() else None,
-      initial_accuracy=initial["accuracy"],  # summary.json, which holds it, comes next.
+      # summary.json, which holds the initial accuracy, comes next.
+      metrics=run_dir.read_metrics(out, initial_accuracy=initial["accuracy"]),
     )
   else:
     outputs.write_json(out / "audit.json", audit_dict)

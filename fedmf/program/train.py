@@ -48,6 +48,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fedmf import atomic_files
 from fedmf.errors import FedmfUserError
 from fedmf.program import loop
 from fedmf.program import outputs
@@ -83,13 +84,8 @@ class ModelReleaseManager:
 
   async def release(self, value: list[np.ndarray], key) -> None:
     name = "final_model.npz" if key == "final" else f"model_round_{int(key):06d}.npz"
-    path = self.directory / name
-    tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
+    with atomic_files.open_atomic(self.directory / name, binary=True) as f:
       np.savez(f, *[np.asarray(w) for w in value])
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class ReleaseJournal:
@@ -103,9 +99,7 @@ class ReleaseJournal:
         parts = line.split(",")
         if len(parts) == 2 and parts[0].isdigit() and len(parts[1]) == 64:
           self.digests[int(parts[0])] = parts[1]
-    else:
-      self.path.write_text("round,sha256\n")
-    self._file = open(self.path, "a", encoding="utf-8")
+    self._journal = atomic_files.Journal(self.path, "round,sha256\n")
 
   @staticmethod
   def digest(mean: list[np.ndarray]) -> str:
@@ -125,13 +119,11 @@ class ReleaseJournal:
           "to release it again (was the config, the data or the software changed?)"
         )
       return
-    self._file.write(f"{round_index},{digest}\n")
-    self._file.flush()
-    os.fsync(self._file.fileno())
+    self._journal.append(f"{round_index},{digest}\n")
     self.digests[round_index] = digest
 
   def close(self) -> None:
-    self._file.close()
+    self._journal.close()
 
 
 def _metrics_value(record: loop.RoundRecord) -> dict[str, float]:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from fedmf import atomic_files
 from fedmf.public_features import accounting
 from fedmf.public_features import algorithms
 from fedmf.public_features import data
@@ -52,14 +51,8 @@ def hyperparameters(cfg: PublicFeaturesConfig) -> algorithms.Hyperparameters:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException:
-    Path(tmp).unlink(missing_ok=True)
-    raise
+  # Owner-only, as the outputs have always been written (through mkstemp).
+  atomic_files.write_text(path, text, mode=0o600)
 
 
 def run(

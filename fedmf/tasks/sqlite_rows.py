@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from fedmf import atomic_files
+
 # Rows between two progress updates of the scan.
 _PROGRESS_EVERY = 200_000
 
@@ -96,8 +98,7 @@ def scan(path: str, *, progress: bool = True, stream=None) -> ClientRows:
 
 def _save(rows: ClientRows, out: Path) -> None:
   out.parent.mkdir(parents=True, exist_ok=True)
-  tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-  try:
+  with atomic_files.partial_path(out) as tmp:
     with contextlib.closing(sqlite3.connect(tmp)) as con:
       con.execute("CREATE TABLE runs (split TEXT, client_id TEXT, first INTEGER, last INTEGER)")
       con.executemany(
@@ -105,10 +106,6 @@ def _save(rows: ClientRows, out: Path) -> None:
         ((s, c, a, b) for (s, c), rs in rows._runs.items() for a, b in rs),  # pylint: disable=protected-access
       )
       con.commit()
-    os.replace(tmp, out)
-  finally:
-    if tmp.exists():
-      tmp.unlink()
 
 
 def _load(path: Path) -> ClientRows:

@@ -1,0 +1,305 @@
+"""The report's plots: PNG bytes of matplotlib figures that mark what matters.
+
+One concept: draw an audit (and a run's metrics) as figures a privacy reviewer reads at a glance:
+linear axes unless the counts span more than three orders of magnitude, violating bars in red, the
+declared ε and the budget on the ε curve. Notation: docs/architecture.md (b is the gap).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from fedmf.privacy import audit as audit_lib
+from fedmf.privacy.report_model import RunMetrics
+
+# Colors (matplotlib's tab palette) of the plots.
+_OK, _BAD, _MAIN, _DECLARED, _BUDGET = "#2ca02c", "#d62728", "#1f77b4", "#ff7f0e", "#9467bd"
+_MAX_CURVE_POINTS = 4000  # Points drawn of a long ε curve (the CSV has them all).
+_MAX_TIMELINE_CLIENTS = 30
+_WIDTH = 7.6  # inches; at 120 dpi a plot is 912 pixels wide, the width of the page's text.
+
+
+def _pyplot():
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  plt.rcParams.update(
+    {
+      "font.size": 10,
+      "axes.titlesize": 11,
+      "axes.spines.top": False,
+      "axes.spines.right": False,
+    }
+  )
+  return plt
+
+
+def _png(fig) -> bytes:
+  buf = io.BytesIO()
+  fig.tight_layout()
+  fig.savefig(buf, format="png", dpi=120)
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  plt.close(fig)
+  return buf.getvalue()
+
+
+def _count_axis(ax, counts: np.ndarray) -> None:
+  """Linear counts, unless they span more than three orders of magnitude (then log)."""
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
+
+  positive = counts[counts > 0]
+  if positive.size and positive.max() / positive.min() > 1000:
+    ax.set_yscale("log")
+  else:
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _bars(ax, values, counts, bad, label_bad: str, label_ok: str) -> None:
+  colors = np.where(bad, _BAD, _MAIN)
+  width = 0.8 if values.size < 2 else max(0.8, 0.8 * (values.max() - values.min() + 1) / 150)
+  ax.bar(values, counts, width=width, color=colors)
+  if values.size <= 25:  # Few bars: their counts are easier read as numbers.
+    for x, c in zip(values, counts):
+      ax.annotate(
+        f"{int(c)}",
+        (x, c),
+        ha="center",
+        va="bottom",
+        fontsize=8,
+        xytext=(0, 1),
+        textcoords="offset points",
+      )
+  from matplotlib.patches import Patch  # pylint: disable=g-import-not-at-top
+
+  handles = [Patch(color=_MAIN, label=label_ok)]
+  if bad.any():
+    handles.append(Patch(color=_BAD, label=label_bad))
+  return handles
+
+
+def _plot_participations(result: audit_lib.AuditResult) -> bytes:
+  plt = _pyplot()
+  s = result.stats
+  k_declared = result.declared.max_participations if result.declared else None
+  fig, ax = plt.subplots(figsize=(_WIDTH, 3.4))
+  values, counts = s.participation_values, s.participation_counts
+  bad = values > k_declared if k_declared is not None else np.zeros(values.shape, bool)
+  handles = _bars(ax, values, counts, bad, "above the declared k (violating)", "clients")
+  if k_declared is not None:
+    line = ax.axvline(
+      k_declared + 0.5, color=_DECLARED, ls="--", label=f"declared k = {k_declared}"
+    )
+    handles.append(line)
+  ax.legend(handles=handles, frameon=False, loc="upper right")
+  _count_axis(ax, counts)
+  ax.set_xlabel("participations per client")
+  ax.set_ylabel("clients")
+  ax.set_title(f"Participations per client (realized k = {s.observed_max_participations})")
+  ax.margins(y=0.15)
+  return _png(fig)
+
+
+def _plot_gaps(result: audit_lib.AuditResult) -> bytes:
+  plt = _pyplot()
+  s = result.stats
+  b_declared = result.declared.min_sep if result.declared else None
+  fig, ax = plt.subplots(figsize=(_WIDTH, 3.4))
+  if s.gap_values.size:
+    values, counts = s.gap_values, s.gap_counts
+    bad = values < b_declared if b_declared is not None else np.zeros(values.shape, bool)
+    handles = _bars(ax, values, counts, bad, "below the declared b (violating)", "gaps")
+    if b_declared is not None:
+      handles.append(
+        ax.axvline(b_declared - 0.5, color=_DECLARED, ls="--", label=f"declared b = {b_declared}")
+      )
+    ax.legend(handles=handles, frameon=False, loc="upper right")
+    _count_axis(ax, counts)
+    ax.margins(y=0.15)
+  else:
+    ax.text(0.5, 0.5, "no client participated twice", ha="center", transform=ax.transAxes)
+    ax.set_yticks([])
+  ax.set_xlabel("gap between consecutive participations of a client (rounds)")
+  ax.set_ylabel("count")
+  realized = s.observed_min_sep if s.observed_min_sep is not None else "none"
+  ax.set_title(f"Min-separation: gaps between participations (realized b = {realized})")
+  return _png(fig)
+
+
+def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
+  plt = _pyplot()
+  c = result.curve
+  fig, ax = plt.subplots(figsize=(_WIDTH, 3.6))
+  step = max(1, -(-c.rounds.shape[0] // _MAX_CURVE_POINTS))
+  idx = np.unique(np.append(np.arange(0, c.rounds.shape[0], step), c.rounds.shape[0] - 1))
+  ax.plot(c.rounds[idx], c.epsilon[idx], color=_MAIN, lw=2, label="realized: first r rounds")
+  final = float(c.epsilon[-1])
+  ax.plot([c.rounds[-1]], [final], "o", color=_MAIN)
+  ax.annotate(
+    f"ε = {final:.3g}",
+    (c.rounds[-1], final),
+    xytext=(-6, 6),
+    textcoords="offset points",
+    ha="right",
+    color=_MAIN,
+  )
+  top = final
+  if result.declared is not None and math.isfinite(result.declared.accounting.epsilon):
+    eps_d = result.declared.accounting.epsilon
+    holds = result.verdict().declared_holds
+    ax.axhline(
+      eps_d,
+      color=_DECLARED if holds else _BAD,
+      ls="--",
+      label=f"declared ε = {eps_d:.4g}" + ("" if holds else " (does NOT hold)"),
+    )
+    top = max(top, eps_d)
+  if result.max_epsilon is not None:
+    ax.axhline(
+      result.max_epsilon, color=_BUDGET, ls=":", lw=2, label=f"budget ε = {result.max_epsilon:g}"
+    )
+    top = max(top, result.max_epsilon)
+  ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+  ax.set_xlim(0, c.rounds[-1] * 1.02)
+  ax.set_xlabel("rounds released r")
+  ax.set_ylabel(f"ε at δ = {c.delta:g}")
+  ax.set_title("Privacy over rounds (realized participation of the first r rounds)")
+  ax.grid(alpha=0.3)
+  ax.legend(frameon=False, loc="lower right")
+  return _png(fig)
+
+
+def _plot_violators(result: audit_lib.AuditResult) -> Optional[bytes]:
+  """Each listed violating client's participations on a row; too-close pairs joined in red."""
+  listed = [v for v in result.violations[: 4 * _MAX_TIMELINE_CLIENTS]]
+  if not listed:
+    return None
+  plt = _pyplot()
+  by_client: dict[str, dict[str, Any]] = {}
+  for v in listed:
+    entry = by_client.setdefault(v.client_id, {"rounds": set(), "reasons": set()})
+    entry["rounds"].update(v.rounds)
+    entry["reasons"].add(v.reason)
+    if len(by_client) >= _MAX_TIMELINE_CLIENTS:
+      break
+  b = result.declared.min_sep if result.declared else None
+  rows = list(by_client.items())
+  fig, ax = plt.subplots(figsize=(_WIDTH, 0.8 + 0.22 * len(rows)))
+  for y, (_, entry) in enumerate(rows):
+    rounds = np.array(sorted(entry["rounds"]))
+    ax.plot(rounds, np.full(rounds.shape, y), "o", color=_MAIN, ms=4)
+    if b is not None and rounds.size > 1:
+      close = np.flatnonzero(np.diff(rounds) < b)
+      for i in close:
+        ax.plot(rounds[i : i + 2], [y, y], color=_BAD, lw=3)
+  ax.set_yticks(range(len(rows)))
+  ax.set_yticklabels(
+    [name if len(name) <= 24 else name[:21] + "..." for name, _ in rows], fontsize=7
+  )
+  ax.invert_yaxis()
+  ax.set_xlim(-0.5, result.rounds - 0.5)
+  ax.set_xlabel("round")
+  extra = "" if b is None else f"; red: gaps below the declared b = {b}"
+  ax.set_title(f"Violating clients (first {len(rows)}): their participations{extra}", fontsize=10)
+  ax.grid(axis="x", alpha=0.3)
+  return _png(fig)
+
+
+def _plot_training(metrics: RunMetrics) -> Optional[bytes]:
+  rounds = metrics.get("round")
+  accuracy, test_loss, loss = metrics.get("accuracy"), metrics.get("test_loss"), metrics.get("loss")
+  if rounds is None or (accuracy is None and test_loss is None and loss is None):
+    return None
+  plt = _pyplot()
+  fig, (left, right) = plt.subplots(1, 2, figsize=(_WIDTH, 3.2))
+  x = rounds + 1  # Rounds completed.
+  if accuracy is not None:
+    ok = np.isfinite(accuracy)
+    xs, ys = x[ok], accuracy[ok]
+    if metrics.initial_accuracy is not None:  # Before the first round.
+      xs, ys = np.append(0, xs), np.append(metrics.initial_accuracy, ys)
+    left.plot(xs, ys, "o-", color=_MAIN, ms=3)
+    left.set_ylim(0, max(float(np.nanmax(ys)) * 1.15, 1e-3))
+  left.set_title("Test accuracy")
+  left.set_xlabel("rounds completed")
+  left.grid(alpha=0.3)
+  shown = []
+  if loss is not None:
+    ok = np.isfinite(loss)
+    right.plot(x[ok], loss[ok], color="#7f7f7f", lw=1, label="training loss (cohort)")
+    shown.append(loss[ok])
+  if test_loss is not None:
+    ok = np.isfinite(test_loss)
+    right.plot(x[ok], test_loss[ok], "o-", color=_DECLARED, ms=3, label="test loss")
+    shown.append(test_loss[ok])
+  title = "Loss"
+  values = np.concatenate(shown) if shown else np.zeros(0)
+  if values.size >= 5:
+    # One divergent round must not flatten the curve (issue 26, A.4): scale to the bulk of the
+    # rounds and say what lies above.
+    low, high = np.percentile(values, [0, 95])
+    top = high + 0.25 * max(high - low, abs(high) * 0.05)
+    above = values > top
+    if above.any():
+      right.set_ylim(min(low, 0) if low >= 0 else low, top)
+      title += f" ({int(above.sum())} above the plot, up to {float(values.max()):.4g})"
+  zeroed = metrics.get("zeroed")
+  if zeroed is not None and np.nansum(zeroed) > 0:
+    hit = np.nan_to_num(zeroed) > 0
+    bottom = right.get_ylim()[0]
+    right.plot(x[hit], np.full(int(hit.sum()), bottom), "x", color=_BAD, ms=6,
+               label=f"rounds with zeroed updates ({int(np.nansum(zeroed))} updates)")  # fmt: skip
+  right.set_title(title)
+  right.set_xlabel("rounds completed")
+  right.grid(alpha=0.3)
+  right.legend(frameon=False)
+  return _png(fig)
+
+
+def _plot_checkins(metrics: RunMetrics) -> Optional[bytes]:
+  rounds, refused = metrics.get("round"), metrics.get("refused_checkins")
+  if rounds is None or refused is None or not np.nansum(refused):
+    return None  # None refused: the page says so in words.
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(_WIDTH, 2.8))
+  ax.bar(rounds, np.nan_to_num(refused), width=1.0, color=_BAD, label="refused check-ins")
+  early = metrics.get("early_admitted")
+  if early is not None and np.nansum(early) > 0:
+    ax.bar(
+      rounds,
+      np.nan_to_num(early),
+      width=1.0,
+      color=_DECLARED,
+      alpha=0.8,
+      label="early check-ins admitted",
+    )
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
+
+  ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+  total = int(np.nansum(refused))
+  ax.set_title(f"Check-ins refused by the server per round (total {total})")
+  ax.set_xlabel("round")
+  ax.set_ylabel("devices")
+  ax.legend(frameon=False, loc="upper right")
+  return _png(fig)
+
+
+def draw(result: audit_lib.AuditResult, metrics: Optional[RunMetrics]) -> dict[str, bytes]:
+  """The PNG of every plot the audit (and the run's metrics, when given) calls for, by key."""
+  plots: dict[str, Optional[bytes]] = {}
+  if result.curve is not None:
+    plots["epsilon"] = _plot_epsilon(result)
+  plots["participations"] = _plot_participations(result)
+  plots["gaps"] = _plot_gaps(result)
+  plots["violators"] = _plot_violators(result)
+  if metrics is not None:
+    plots["training"] = _plot_training(metrics)
+    plots["checkins"] = _plot_checkins(metrics)
+  return {k: v for k, v in plots.items() if v is not None}
