@@ -49,46 +49,42 @@ SIGMA_HELP = (
 )
 
 
-def positive_int(text: str) -> int:
+def _number(text: str, kind: type, accept, wanted: str, refused: str = ""):
+  """`text` as `kind` if `accept(value)`; else an ArgumentTypeError: "expected WANTED, got TEXT"
+  (REFUSED instead of WANTED for a number that parses but is not accepted)."""
   try:
-    value = int(text)
+    value = kind(text)
   except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {_show(text)}") from None
-  if value < 1:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {_show(text)}")
+    raise argparse.ArgumentTypeError(f"expected {wanted}, got {_show(text)}") from None
+  if not accept(value):
+    raise argparse.ArgumentTypeError(f"expected {refused or wanted}, got {_show(text)}")
   return value
+
+
+def positive_int(text: str) -> int:
+  return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def positive_float(text: str) -> float:
-  try:
-    value = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a positive number, got {_show(text)}") from None
-  if not math.isfinite(value) or value <= 0:
-    raise argparse.ArgumentTypeError(f"expected a positive finite number, got {_show(text)}")
-  return value
+  return _number(
+    text,
+    float,
+    lambda v: math.isfinite(v) and v > 0,
+    "a positive number",
+    "a positive finite number",
+  )
 
 
 def non_negative_float(text: str) -> float:
   """A finite number >= 0 (a noise multiplier where 0 means no DP)."""
-  try:
-    value = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a number >= 0, got {_show(text)}") from None
-  if not math.isfinite(value) or value < 0:
-    raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {_show(text)}")
-  return value
+  return _number(
+    text, float, lambda v: math.isfinite(v) and v >= 0, "a number >= 0", "a finite number >= 0"
+  )
 
 
 def probability(text: str) -> float:
   """A δ: strictly between 0 and 1."""
-  try:
-    value = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {_show(text)}") from None
-  if not 0 < value < 1:
-    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {_show(text)}")
-  return value
+  return _number(text, float, lambda v: 0 < v < 1, "a number in (0, 1)")
 
 
 def add_participation_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
