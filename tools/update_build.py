@@ -108,6 +108,20 @@ class _Layout:
     labels.discard(own)
     return sorted(labels, key=lambda label: (label.startswith("@"), label))
 
+  def imported_tests(self, rel: str) -> list[str]:
+    """The tests/**/test_*.py files `rel` imports, directly or through each other."""
+    found: list[str] = []
+    frontier = [rel]
+    while frontier:
+      for module in sorted(_imports(frontier.pop())):
+        path = module.replace(".", "/") + ".py"
+        parts = module.split(".")
+        if parts[0] == "tests" and parts[-1].startswith("test_") and path in self.file_set:
+          if path != rel and path not in found:
+            found.append(path)
+            frontier.append(path)
+    return found
+
   def script_srcs(self, rel: str) -> list[str]:
     """A script and the sibling scripts it imports (benchmarks.x -> benchmarks/x.py)."""
     srcs = [rel]
@@ -223,7 +237,10 @@ def render() -> dict[str, str]:
 
   for rel in (f for f in tests if Path(f).name.startswith("test_")):
     text = (ROOT / rel).read_text()
-    deps = sorted(set(layout.deps([rel])) | {":bazel_pytest", ":test_utils"})
+    # Test files another test imports (its fixtures, its helpers) are sources of that test too:
+    # :test_utils holds only the non-test_ helpers.
+    imported = layout.imported_tests(rel)
+    deps = sorted(set(layout.deps([rel, *imported])) | {":bazel_pytest", ":test_utils"})
     deps.sort(key=lambda label: (label.startswith("@"), label))
     local = any(marker in text for marker in LOCAL_MARKERS)
     large = rel.startswith("tests/tff/") or any(m in text for m in LARGE_MARKERS)
@@ -231,7 +248,7 @@ def render() -> dict[str, str]:
       "py_test",
       name=rel[len("tests/") : -3].replace("/", "_"),
       size="large" if large else "medium",
-      srcs=[RUNNER, rel],
+      srcs=[RUNNER, rel, *imported],
       main=RUNNER,
       args=[rel],
       deps=deps,
