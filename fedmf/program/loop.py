@@ -10,9 +10,10 @@ One concept: a round of DP FedAvg (the papers' FedSGDM; BandMF App. I, BLT Alg. 
      learning-rate schedule (`fedmf.program.server`);
   4. the privacy meter records who took part.
 
-`build_run(config)` makes everything a run needs; `run_round(run, r)` does round r. The simulation
-(`fedmf.program.simulate`) loops over it in process; the training program (`fedmf.program.train`)
-adds checkpoints, releases and the budget guard around the same calls.
+`build_run(config)` makes everything a run needs, once (the participation data source, the
+strategy and plan, the TFF computation, the server state and the seeded noise stream);
+`train_round(run, cohort)` does steps 2-4 for a drawn cohort. The program logic
+(`fedmf.program.logic`), shared by `fedmf simulate` and `fedmf train`, loops over the rounds.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 
 from fedmf import participation as participation_lib
 from fedmf.mf import resources
+from fedmf.mf import strategies
 from fedmf.participation import Cohort
 from fedmf.program import plan as plan_lib
 from fedmf.program import server as server_lib
@@ -68,19 +70,33 @@ class RoundRecord:
     }
 
 
+# metrics.csv columns that are counts (released as floats by the program logic, written as ints).
+INT_METRICS = frozenset(f.name for f in dataclasses.fields(RoundRecord) if f.type in ("int", int))
+
+
 @dataclasses.dataclass
 class TrainingRun:
-  """Everything a run holds (secrets included: the noise seed and buffers)."""
+  """Everything a run holds (secrets included: the noise seed and buffers).
+
+  `data_iterator` is the run's participation data source iterator
+  (`fedmf.program.data_source.ParticipationIterator`): it draws the cohorts and is checkpointed
+  with the program state; `participation` is its participation model.
+  """
 
   config: TrainingConfig
   task: Any
-  participation: participation_lib.ParticipationModel
+  data_iterator: Any
   plan: plan_lib.PrivacyPlan
   runner: Any
   noise: Optional[server_lib.HostNoise]
   server: server_lib.ServerState
   meter: PrivacyMeter
   shapes: list[tuple[int, ...]]
+  noise_seed: int = 0
+
+  @property
+  def participation(self) -> participation_lib.ParticipationModel:
+    return self.data_iterator.model
 
   @property
   def noise_scale(self) -> float:
@@ -115,10 +131,11 @@ def poisson_groups(config: TrainingConfig) -> Optional[int]:
   """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1."""
   if config.participation.model != "cyclic_poisson" or config.participation.min_sep is not None:
     return None
-  if config.mechanism == "dpsgd" and config.strategy is None:
-    return 1
-  if config.mechanism == "bandmf" and config.bands is not None:
-    return config.bands
+  if config.strategy is None:  # (a strategy file has no default: it was made for some b)
+    mechanism = strategies.mechanism_class(config.mechanism)
+    groups = mechanism.default_poisson_groups(plan_lib.optimize_options(config))
+    if groups is not None:
+      return groups
   raise ConfigError(
     "participation.model cyclic_poisson needs participation.min_sep (the number of "
     "groups; bandmf: its bands)"
@@ -156,12 +173,17 @@ def build_run(
   cache: Optional[Path] = None,
   noise_seed: Optional[int] = None,
   task: Any = None,
+  overlap: bool = True,
 ) -> TrainingRun:
-  """Task, participation model, strategy, privacy plan, TFF computation and server state.
+  """Task, participation data source, strategy, privacy plan, TFF computation, server state and
+  noise stream: everything a run needs, built once.
 
   `task` replaces the config's task with your own `fedmf.tasks.Task` (your data and model).
+  `noise_seed` (default: the config's, else drawn from OS randomness) seeds the noise; `overlap`
+  computes each round's noise while TFF trains the clients (the same noise either way).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
+  from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
   from fedmf.tasks import build_task  # pylint: disable=g-import-not-at-top
   from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
@@ -181,13 +203,15 @@ def build_run(
     resources.Cost.of(f"the state of {task.num_clients} devices", 64.0 * task.num_clients),
     f"simulating a population of {task.num_clients} devices",
   )
-  model = participation_lib.build(
+  iterator = ParticipationIterator.create(
     config.participation,
     task.num_clients,
     config.clients_per_round,
     config.seed,
     poisson_groups(config),
+    client_id=task.client_id,
   )
+  model = iterator.model
   schema = model.declared_schema(config.rounds)
   strategy = plan_lib.resolve_strategy(
     config, schema, plan_lib.cache_dir() if cache is None else cache
@@ -217,26 +241,41 @@ def build_run(
     ),
     f"the {strategy.describe()} noise stream",
   )
+  if noise_seed is None:
+    noise_seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
   noise = None
   if plan.training_noise_multiplier > 0:
-    seed = (
-      noise_seed
-      if noise_seed is not None
-      else (config.noise_seed if config.noise_seed is not None else server_lib.draw_seed())
-    )
-    # overlap: each round's noise is computed while TFF trains the clients (same noise either way).
-    noise = server_lib.HostNoise(stream, shapes, seed, overlap=True)
+    noise = server_lib.HostNoise(stream, shapes, noise_seed, overlap=overlap)
   return TrainingRun(
     config=config,
     task=task,
-    participation=model,
+    data_iterator=iterator,
     plan=plan,
     runner=runner,
     noise=noise,
     server=server_lib.initial_server_state(weights),
     meter=PrivacyMeter(strategy, plan.noise_multiplier, config.delta, task.num_clients),
     shapes=shapes,
+    noise_seed=noise_seed,
   )
+
+
+def reseed_noise(run: TrainingRun, seed: int) -> None:
+  """Gives the run the noise stream of `seed` (a resumed run's checkpointed seed), at round 0.
+
+  Nothing to do when the run was built with that seed (the config fixes `noise_seed`). Otherwise
+  the stream built with another seed is released before the new one is allocated, so that the
+  run never holds two streams' buffers at once.
+  """
+  if seed == run.noise_seed:
+    return
+  run.noise_seed = seed
+  if run.noise is None:
+    return
+  stream, overlap = run.noise.stream, run.noise.overlap
+  run.noise.close()
+  run.noise = None
+  run.noise = server_lib.HostNoise(stream, run.shapes, seed, overlap=overlap)
 
 
 def draw_cohort(run: TrainingRun, round_index: int) -> Cohort:
