@@ -93,6 +93,10 @@ class TrainingRun:
   meter: PrivacyMeter
   shapes: list[tuple[int, ...]]
   noise_seed: int = 0
+  # The strategy's stream when the run trains with noise (None without DP), and whether its
+  # rounds are computed while TFF trains the clients; `noise` is its state, from `start_noise`.
+  noise_stream: Any = None
+  noise_overlap: bool = True
 
   @property
   def participation(self) -> participation_lib.ParticipationModel:
@@ -174,6 +178,7 @@ def build_run(
   noise_seed: Optional[int] = None,
   task: Any = None,
   overlap: bool = True,
+  noise: bool = True,
 ) -> TrainingRun:
   """Task, participation data source, strategy, privacy plan, TFF computation, server state and
   noise stream: everything a run needs, built once.
@@ -181,6 +186,8 @@ def build_run(
   `task` replaces the config's task with your own `fedmf.tasks.Task` (your data and model).
   `noise_seed` (default: the config's, else drawn from OS randomness) seeds the noise; `overlap`
   computes each round's noise while TFF trains the clients (the same noise either way).
+  `noise=False` leaves the noise stream's buffers unallocated until `start_noise(run, seed)`: a
+  resumed program learns its seed from the checkpoint (`fedmf.program.train`).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
   from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
@@ -243,39 +250,46 @@ def build_run(
   )
   if noise_seed is None:
     noise_seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
-  noise = None
-  if plan.training_noise_multiplier > 0:
-    noise = server_lib.HostNoise(stream, shapes, noise_seed, overlap=overlap)
-  return TrainingRun(
+  run = TrainingRun(
     config=config,
     task=task,
     data_iterator=iterator,
     plan=plan,
     runner=runner,
-    noise=noise,
+    noise=None,
     server=server_lib.initial_server_state(weights),
     meter=PrivacyMeter(strategy, plan.noise_multiplier, config.delta, task.num_clients),
     shapes=shapes,
     noise_seed=noise_seed,
+    noise_stream=stream if plan.training_noise_multiplier > 0 else None,
+    noise_overlap=overlap,
   )
+  if noise:
+    start_noise(run)
+  return run
 
 
-def reseed_noise(run: TrainingRun, seed: int) -> None:
-  """Gives the run the noise stream of `seed` (a resumed run's checkpointed seed), at round 0.
+def start_noise(run: TrainingRun, seed: Optional[int] = None) -> None:
+  """Allocates the run's noise stream state (round 0) for `seed` (default: the run's)."""
+  if run.noise is not None:
+    raise RuntimeError("the run's noise stream is already started")
+  if seed is not None:
+    run.noise_seed = seed
+  if run.noise_stream is not None:
+    run.noise = server_lib.HostNoise(
+      run.noise_stream, run.shapes, run.noise_seed, overlap=run.noise_overlap
+    )
 
-  Nothing to do when the run was built with that seed (the config fixes `noise_seed`). Otherwise
-  the stream built with another seed is released before the new one is allocated, so that the
-  run never holds two streams' buffers at once.
-  """
-  if seed == run.noise_seed:
-    return
-  run.noise_seed = seed
-  if run.noise is None:
-    return
-  stream, overlap = run.noise.stream, run.noise.overlap
-  run.noise.close()
-  run.noise = None
-  run.noise = server_lib.HostNoise(stream, run.shapes, seed, overlap=overlap)
+
+def noise_state_template(run: TrainingRun) -> list:
+  """The structure of the run's noise state (flat arrays), without allocating the stream's
+  buffers: views of the started stream's, or a zero-size stream's (for loading a checkpoint)."""
+  if run.noise is not None:
+    return run.noise.state(copy=False)
+  if run.noise_stream is None:
+    return []
+  tiny = [(1,)] * len(run.shapes)  # The layout of a kernel's state does not depend on sizes.
+  return server_lib.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
 
 
 def draw_cohort(run: TrainingRun, round_index: int) -> Cohort:
@@ -287,6 +301,8 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
   c = run.config
   r = cohort.round
   start = time.perf_counter()
+  if run.noise is None and run.noise_stream is not None:
+    raise RuntimeError("start_noise(run) before training: the run trains with noise")
   if run.noise is not None:
     run.noise.prefetch()  # The noise does not depend on the data: computed during the TFF call.
   datasets = [run.task.client_dataset(int(i)) for i in cohort.clients]

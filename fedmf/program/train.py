@@ -137,16 +137,21 @@ class ReleaseJournal:
 # Program state.
 
 
-def program_state(run: loop.TrainingRun, initial_accuracy: float, copy: bool = True) -> dict:
-  """The checkpointed state (numpy only: Python floats would come back as float32); copy=False
-  holds views of the noise buffers (a template for loading: its values are never read)."""
+def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool = False) -> dict:
+  """The checkpointed state (numpy only: Python floats would come back as float32). A template
+  (the structure for loading; its values are never read) holds no copy of the noise buffers and
+  needs no started noise stream."""
   meter = run.meter.state()
+  if template:
+    noise = loop.noise_state_template(run)
+  else:
+    noise = run.noise.state() if run.noise is not None else []
   return {
     "format": np.int64(STATE_FORMAT),
     "round": np.int64(run.server.round),
     "weights": [np.asarray(w) for w in run.server.weights],
     "momentum": [np.asarray(m) for m in run.server.momentum],
-    "noise": run.noise.state(copy) if run.noise is not None else [],
+    "noise": noise,
     "noise_seed": np.uint64(run.noise_seed),
     "initial_accuracy": np.float64(initial_accuracy),
     "meter": {
@@ -166,7 +171,7 @@ def restore_state(run: loop.TrainingRun, state: dict) -> float:
   run.server.weights = [np.array(w, np.float32) for w in state["weights"]]
   run.server.momentum = [np.array(m, np.float32) for m in state["momentum"]]
   run.server.round = int(state["round"])
-  loop.reseed_noise(run, int(np.uint64(state["noise_seed"])))
+  loop.start_noise(run, int(np.uint64(state["noise_seed"])))
   if run.noise is not None:
     run.noise.restore([np.asarray(x) for x in state["noise"]])
   meter = state["meter"]
@@ -194,11 +199,11 @@ class FileCheckpoints:
     await self.manager.save(program_state(run, self.initial_accuracy), version)
 
   def resume_or_start(self, run: loop.TrainingRun, root: Path, log=print) -> int:
-    """Restores the latest checkpoint into the run, or evaluates the initial model and saves
+    """Restores the latest checkpoint into the run (built with `noise=False`: the noise stream
+    starts with the checkpoint's seed), or starts the noise, evaluates the initial model and saves
     version 0; returns the rounds completed."""
-    template = program_state(run, math.nan, copy=False)
+    template = program_state(run, math.nan, template=True)
     loaded, version = asyncio.run(self.manager.load_latest(template))
-    del template  # (views of the noise buffers, which restoring may replace)
     if loaded is not None:
       self.initial_accuracy = restore_state(run, loaded)
       log(f"resuming {root} after round {version} of {run.config.rounds}")
@@ -208,6 +213,7 @@ class FileCheckpoints:
         f"{root} has released rounds but no checkpoint: restarting would release them "
         "again with new noise; refusing to start (use a new --root)"
       )
+    loop.start_noise(run)
     self.initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
     asyncio.run(self.save(run, 0))
     log(f"starting {outputs.plural(run.config.rounds, 'round')} in {root}")
@@ -296,7 +302,7 @@ def run_training(
       checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
       with platform.execution(config, log_dir=str(root)) as pool:
-        run = loop.build_run(config)
+        run = loop.build_run(config, noise=False)  # The seed may come from the checkpoint.
         platform.attach(run, pool)
         try:
           version = checkpoints.resume_or_start(run, root, log)
