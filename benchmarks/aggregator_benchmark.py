@@ -12,7 +12,7 @@ Sections (every ratio is against `tff-gaussian-fixed` measured in the same proce
             tff-gaussian-fixed  tff.learning FedAvg + DifferentiallyPrivateFactory.gaussian_fixed
             tff-tree            ... + DifferentiallyPrivateFactory.tree_aggregation (efficient)
             factory-<mech>      ... + fedmf's drop-in factory `fedmf.tff.build_dp_aggregator`
-            host-<mech>         the users'-loop API `fedmf.tff.host_noise.build_host_noise_fed_avg`:
+            host-<mech>         the users'-loop API `fedmf.tff.build_dp_fed_avg(noise_on_host=True)`:
                                 tff.learning FedAvg whose aggregator takes the round's noise
                                 (computed on the host) as its state
             split-<mech>        fedmf's own path (`fedmf simulate`): the federated part in TFF
@@ -243,10 +243,10 @@ class _HostNoiseArm(_FedAvgArm):
   def __init__(self, name, model_fn, mech):  # pylint: disable=super-init-not-called
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-    from fedmf.tff import host_noise  # pylint: disable=g-import-not-at-top
+    from fedmf.tff import learning  # pylint: disable=g-import-not-at-top
 
     self.name = name
-    self.process = host_noise.build_host_noise_fed_avg(
+    self.process = learning.build_host_noise_fed_avg(
       model_fn,
       strategy(mech),
       noise_multiplier=SIGMA,

@@ -64,21 +64,6 @@ def _cpu_seconds() -> float:
   return r.ru_utime + r.ru_stime
 
 
-def _start_worker(host, certs: Path):
-  proc = host.popen(
-    [
-      sys.executable, "-m", "fedmf.cli.main", "worker", "--listen", f"{host.address}:{PORT}",
-      "--tls-cert", str(certs / "worker.pem"), "--tls-key", str(certs / "worker.key"),
-      "--tls-client-ca", str(certs / "ca.pem"),
-    ],
-    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-  )  # fmt: skip
-  line = netns.read_line(proc, 180)
-  if "serving on" not in line:
-    raise SystemExit(f"worker on {host.name} did not start: {line!r}")
-  return proc
-
-
 def _measure(overrides: list[str], hosts, rounds: int, worker_pids=()) -> dict:
   """Builds the run on the configured platform and times `rounds` rounds after one warm-up."""
   from fedmf.program import loop, platform  # pylint: disable=import-outside-toplevel
@@ -218,7 +203,7 @@ def main(argv=None) -> int:
       flush=True,
     )
     for w in counts:
-      procs = [_start_worker(h, certs) for h in hosts[:w]]
+      procs = [netns.start_worker(h, certs, PORT, timeout=180) for h in hosts[:w]]
       try:
         addresses = "workers=[" + ",".join(f"'{h.address}:{PORT}'" for h in hosts[:w]) + "]"
         results[w] = _measure(

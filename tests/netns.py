@@ -12,8 +12,10 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
@@ -138,3 +140,34 @@ def wait_until(predicate, timeout: float, step: float = 0.05) -> bool:
       return True
     time.sleep(step)
   return False
+
+
+def descendants(pid: int) -> set[int]:
+  """Every process below `pid` (children, their children, ...), by `pgrep -P`."""
+  found, frontier = set(), [pid]
+  while frontier:
+    out = subprocess.run(["pgrep", "-P", str(frontier.pop())], capture_output=True, text=True)
+    for child in map(int, out.stdout.split()):
+      if child not in found:
+        found.add(child)
+        frontier.append(child)
+  return found
+
+
+def start_worker(host: Host, certs: Path, port: int, timeout: float = 120) -> subprocess.Popen:
+  """`fedmf worker` on `host`:`port` with mutual TLS (certs/{worker.pem,worker.key,ca.pem}).
+
+  Returns once it printed its ready line; raises RuntimeError (with that line) if it did not.
+  """
+  proc = host.popen(
+    [
+      sys.executable, "-m", "fedmf.cli.main", "worker", "--listen", f"{host.address}:{port}",
+      "--tls-cert", str(certs / "worker.pem"), "--tls-key", str(certs / "worker.key"),
+      "--tls-client-ca", str(certs / "ca.pem"),
+    ],
+    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+  )  # fmt: skip
+  line = read_line(proc, timeout)
+  if f"serving on {host.address}:{port}" not in line or "mutual TLS on" not in line:
+    raise RuntimeError(f"fedmf worker on {host.name} did not start: {line!r} (exit {proc.poll()})")
+  return proc

@@ -1,7 +1,7 @@
 """`fedmf audit`: the post-hoc min-separation auditor over a run directory or a participation log.
 
 `fedmf audit RUN_DIR` reads the run's own strategy, noise multiplier, δ, rounds and declared schema
-(`fedmf.program.run_dir`), so nothing is retyped; explicit flags override them, and a value that
+(`fedmf.program.audit_inputs`), so nothing is retyped; explicit flags override them, and a value that
 differs from the run's is reported. `fedmf audit LOG --strategy ... --noise-multiplier ... --delta
 ...` audits any log. Exit codes: 0 audited, 1 `--strict` failed, 2 bad input (one line).
 
@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
 import os
 import sys
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from fedmf import jsonio
 from fedmf.cli import common
-from fedmf.errors import FedmfUserError
 
 DESCRIPTION = """\
 Audit a participation log after training: the realized min-separation b and max participations k,
@@ -147,158 +143,41 @@ class _Formatter(common.HelpFormatter, argparse.RawDescriptionHelpFormatter):
   """The description as written (examples keep their lines); flags with their defaults once."""
 
 
-def _same_number(a: Optional[float], b: Optional[float]) -> bool:
-  return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
-
-
-def _resolve(args: argparse.Namespace):
-  """(log, audit keyword arguments, strategy path, notes, warnings) from the flags and the run."""
-  from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
-  from fedmf.program import run_dir  # pylint: disable=g-import-not-at-top
-
-  source = Path(args.source)
-  if not source.exists():
-    raise FedmfUserError(f"{args.source}: no such participation log or run directory")
-  if not source.is_dir():
-    missing = [
-      flag
-      for flag, value in (
-        ("--strategy", args.strategy),
-        ("--noise-multiplier", args.noise_multiplier),
-        ("--delta", args.delta),
-      )
-      if value is None
-    ]
-    if missing:
-      hint = (
-        f", or audit the run directory: fedmf audit {source.parent}"
-        if (source.parent / run_dir.PLAN_FILE).is_file()
-        else ""
-      )
-      raise FedmfUserError(
-        f"auditing a log file needs {', '.join(missing)}{hint} (see fedmf audit --help)"
-      )
-    return (
-      str(source),
-      dict(
-        strategy=args.strategy,
-        noise_multiplier=args.noise_multiplier,
-        delta=args.delta,
-        rounds=args.rounds,
-        min_sep=args.min_sep,
-        max_participations=args.max_participations,
-      ),
-      args.strategy,
-      (),
-      (),
-    )
-
-  run = run_dir.read_run(source)
-  warnings: list[str] = []
-
-  def pick(flag: str, given, from_run, key: str, same) -> Any:
-    """The flag's value if given (reporting a difference from the run's), else the run's."""
-    if given is None:
-      if from_run is None:
-        raise FedmfUserError(
-          f"{source} does not say its {key.replace('_', ' ')} ({run_dir.PLAN_FILE} is missing "
-          f"or has no '{key}'): pass {flag}"
-        )
-      return from_run
-    if from_run is not None and not same(given, from_run):
-      warnings.append(
-        f"{flag} {given:g} differs from the run's {from_run:g} ({run.sources.get(key, source)}): "
-        f"the audit uses {given:g}"
-      )
-    return given
-
-  sigma = pick(
-    "--noise-multiplier",
-    args.noise_multiplier,
-    run.noise_multiplier,
-    "noise_multiplier",
-    _same_number,
-  )
-  delta = pick("--delta", args.delta, run.delta, "delta", _same_number)
-  rounds = args.rounds if args.rounds is not None else run.rounds
-  if args.rounds is not None and run.rounds is not None and args.rounds != run.rounds:
-    warnings.append(
-      f"--rounds {args.rounds} differs from the run's {run.rounds} ({run.rounds_source}): "
-      f"the audit uses {args.rounds}"
-    )
-  min_sep, max_participations = run.min_sep, run.max_participations
-  for flag, given, from_run in (
-    ("--min-sep", args.min_sep, run.min_sep),
-    ("--max-participations", args.max_participations, run.max_participations),
-  ):
-    if given is not None and from_run is not None and given != from_run:
-      warnings.append(
-        f"{flag} {given} differs from the run's declared {from_run} ({run_dir.PLAN_FILE}): the "
-        f"audit uses {given}"
-      )
-  if args.min_sep is not None or args.max_participations is not None:
-    # A declaration given on the command line replaces the run's as a whole.
-    min_sep, max_participations = args.min_sep, args.max_participations
-  if args.strategy is not None:
-    strategy_path = args.strategy
-    if run.strategy is not None:
-      given, own = strategies.load_strategy(args.strategy), strategies.load_strategy(run.strategy)
-      if given.to_dict() != own.to_dict():
-        warnings.append(
-          f"--strategy {args.strategy} ({given.describe()}) differs from the run's "
-          f"{run.strategy} ({own.describe()}): the audit uses {args.strategy}"
-        )
-  elif run.strategy is not None:
-    strategy_path = str(run.strategy)
-  else:
-    raise FedmfUserError(
-      f"{source} has no {run_dir.STRATEGY_FILE} (runs from before it was saved): pass --strategy"
-    )
-  notes = (f"settings read from the run directory {source}",) + run.notes
-  return (
-    str(run.log),
-    dict(
-      strategy=strategy_path,
-      noise_multiplier=sigma,
-      delta=delta,
-      rounds=rounds,
-      min_sep=min_sep,
-      max_participations=max_participations,
-      # A declared cyclic Poisson sampling: checked against the log, amplified ε if it complies.
-      sampling=run.sampling,
-    ),
-    strategy_path,
-    notes,
-    tuple(warnings),
-  )
-
-
 def run(args: argparse.Namespace) -> int:
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
+  from fedmf.program import audit_inputs  # pylint: disable=g-import-not-at-top
 
   # Everything that can be refused is refused before the log is read.
   if args.report is not None:
     common.check_output_dir(args.report, "--report", report_lib.REPORT_FILES, force=args.force)
-  log, settings, strategy_path, notes, mismatches = _resolve(args)
+  inputs = audit_inputs.resolve(
+    args.source,
+    strategy=args.strategy,
+    noise_multiplier=args.noise_multiplier,
+    delta=args.delta,
+    rounds=args.rounds,
+    min_sep=args.min_sep,
+    max_participations=args.max_participations,
+  )
   progress = not args.no_progress and sys.stderr.isatty()
   run_dir_path = args.source if os.path.isdir(args.source) else None
   result = audit.audit_log(
-    log,
-    **settings,
+    inputs.log,
+    **inputs.settings,
     method=args.sensitivity,
     accountant=args.accountant,
     curve=args.report is not None,
     progress=progress,
     max_epsilon=args.max_epsilon,
-    notes=notes,
+    notes=inputs.notes,
   )
-  if mismatches:  # Reported with the audit's own warnings (summary, --json, report).
-    result = dataclasses.replace(result, warnings=mismatches + result.warnings)
+  if inputs.warnings:  # Reported with the audit's own warnings (summary, --json, report).
+    result = dataclasses.replace(result, warnings=inputs.warnings + result.warnings)
   paths = None
   if args.report is not None:
     paths = report_lib.write_report(
-      result, args.report, strategy_path=strategy_path, run_dir=run_dir_path
+      result, args.report, strategy_path=inputs.strategy_path, run_dir=run_dir_path
     )
   verdict = result.verdict()
   if args.json:

@@ -276,10 +276,9 @@ def run_optimize(args: argparse.Namespace) -> int:
   resources.check(
     mechanism.optimize_cost(schema, options), f"optimizing {args.mechanism} at n={args.n}"
   )
-  total = args.max_iter if args.mechanism == "bandmf" else None
   bar = _Progress(  # A bar on a terminal (it redraws its line with \r), else plain lines.
-    not args.no_progress and args.mechanism not in ("dpsgd", "tree"),
-    total,
+    not args.no_progress and mechanism.optimizer_reports_progress,
+    mechanism.optimizer_iterations(options),
     f"optimize {args.mechanism}",
   )
   start = time.perf_counter()

@@ -139,6 +139,10 @@ class BandMF(strategy_lib.Strategy):
     ) + banded_error_cost(n, options.band_count(schema))
 
   @classmethod
+  def optimizer_iterations(cls, options):
+    return options.max_iter  # General BandMF runs exactly its budget (banded_optimize).
+
+  @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
 
     bands = options.band_count(schema)

@@ -25,6 +25,7 @@ class DpSgd(strategy_lib.Strategy):
 
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = "dpsgd"
+  optimizer_reports_progress: ClassVar[bool] = False  # closed form
 
   @classmethod
   def from_dict(cls, obj):

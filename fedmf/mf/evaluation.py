@@ -43,11 +43,7 @@ def sensitivity(
   """
   strategy = st.load_strategy(strategy)
   schema = ParticipationSchema.of(n, min_sep, max_participations)
-  strategy.check_horizon(schema.n)
-  resources.check(
-    strategy.sensitivity_cost(schema, method), f"the sensitivity of {_at(strategy, schema.n)}"
-  )
-  return strategy.sensitivity(schema, method)
+  return strategy.checked_sensitivity(schema, method)
 
 
 def _at(strategy, n: int) -> str:

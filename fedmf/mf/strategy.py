@@ -257,6 +257,31 @@ class Strategy(abc.ABC):
       'lower-bound': ‖C u(π*)‖ with π* = (0, b, 2b, …) (BLT Remark 3.2), labelled as such.
     """
     self.check_horizon(schema.n)
+    # Cached per strategy object (frozen: its C cannot change), so that the plan, the meter, the
+    # audit and the report ask the strategy instead of recomputing (an exact banded or Toeplitz
+    # value is cheap, a general bound over n×n is not).
+    key = (schema.n, schema.min_sep, schema.effective_max_participations, method)
+    cache = self.__dict__.get("_sensitivity_cache")
+    if cache is None:
+      cache = {}
+      object.__setattr__(self, "_sensitivity_cache", cache)  # not a field: to_dict/eq ignore it
+    if key not in cache:
+      cache[key] = self._compute_sensitivity(schema, method)
+    return cache[key]
+
+  def checked_sensitivity(self, schema: ParticipationSchema, method: str = "auto") -> Sensitivity:
+    """`sensitivity`, first refusing a horizon the strategy lacks and, unless it is cached, work
+    beyond the resource limits (`fedmf.mf.resources`: --max-memory, --max-seconds)."""
+    self.check_horizon(schema.n)
+    cache = self.__dict__.get("_sensitivity_cache") or {}
+    if (schema.n, schema.min_sep, schema.effective_max_participations, method) not in cache:
+      resources.check(
+        self.sensitivity_cost(schema, method),
+        f"the sensitivity of {self.describe()} at n={schema.n}",
+      )
+    return self.sensitivity(schema, method)
+
+  def _compute_sensitivity(self, schema: ParticipationSchema, method: str) -> Sensitivity:
     b, k = schema.min_sep, schema.effective_max_participations
     if method == "auto":
       exact = self.exact_sensitivity(schema)
@@ -407,6 +432,14 @@ class Strategy(abc.ABC):
     return resources.Cost()
 
   # --- optimization ---------------------------------------------------------------------------
+
+  # Whether `optimize` runs an iterative optimizer that reports progress (False: closed form).
+  optimizer_reports_progress: ClassVar[bool] = True
+
+  @classmethod
+  def optimizer_iterations(cls, options: "OptimizeOptions") -> Optional[int]:
+    """The optimizer's iteration count when known in advance (a progress bar's total), else None."""
+    return None
 
   @classmethod
   def optimize(

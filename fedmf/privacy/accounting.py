@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -285,13 +285,7 @@ def strategy_sensitivity(strategy: Any, schema: ParticipationSchema, method: str
   """The strategy's sensitivity under `schema` (also refuses a BandMF built for fewer rounds)."""
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
 
-  strategy = load_strategy(strategy)
-  strategy.check_horizon(schema.n)
-  resources.check(
-    strategy.sensitivity_cost(schema, method),
-    f"the sensitivity of {strategy.describe()} at n={schema.n}",
-  )
-  return strategy.sensitivity(schema, method)
+  return load_strategy(strategy).checked_sensitivity(schema, method)
 
 
 def account_sensitivity(

@@ -155,23 +155,12 @@ def _account(
 
 
 def _audit(
-  stats: LogStatistics,
-  violations: ViolationTable,
-  strategy: Any,
-  sigma: float,
-  delta: float,
-  *,
-  rounds: Optional[int],
-  min_sep: Optional[int],
-  max_participations: Optional[int],
-  method: str,
-  accountant: str,
-  curve: bool | str,
-  log_name: str,
-  max_epsilon: Optional[float] = None,
-  notes: tuple[str, ...] = (),
+  stats: LogStatistics, violations: ViolationTable, request: "_Request", log_name: str
 ) -> AuditResult:
   """The claims a log's statistics support (the accounting half of ``audit_log``)."""
+  strategy, sigma, delta, method = request.strategy, request.sigma, request.delta, request.method
+  rounds, min_sep, max_participations = request.rounds, request.min_sep, request.max_participations
+  accountant, curve, max_epsilon = request.accountant, request.curve, request.max_epsilon
   warnings: list[str] = []
   if rounds is None:
     n = stats.max_round + 1
@@ -203,14 +192,11 @@ def _audit(
     )
   if sigma == 0:
     warnings.append("noise multiplier 0: trained without DP, so no privacy guarantee holds")
-  # One sensitivity evaluation per distinct (rounds, b, k): the realized claim is also the ε curve's
-  # last point.
-  sensitivities: dict[tuple[int, Optional[int], int], Any] = {}
 
+  # One sensitivity evaluation per distinct (rounds, b, k), cached by the strategy: the realized
+  # claim is also the ε curve's last point.
   def sensitivity(r: int, b: Optional[int], k: Optional[int]):
-    return curve_lib.cached_sensitivity(
-      strategy, ParticipationSchema(r, b, k), method, sensitivities
-    )
+    return curve_lib.cached_sensitivity(strategy, ParticipationSchema(r, b, k), method)
 
   k_obs = stats.observed_max_participations
   b_obs = stats.observed_min_sep
@@ -256,7 +242,7 @@ def _audit(
     # bounded number of evaluations, the others labelled upper bounds.
     every_round = {"max_evaluations": None, "time_budget": 1e12} if curve == "every-round" else {}
     eps_curve = curve_lib.epsilon_curve(
-      strategy, b_r, k_r, sigma, delta, method=method, sensitivities=sensitivities, **every_round
+      strategy, b_r, k_r, sigma, delta, method=method, **every_round
     )
   strategy_info = {"mechanism": strategy.mechanism, "description": strategy.describe()}
   if strategy.horizon is not None:
@@ -273,35 +259,29 @@ def _audit(
     warnings=tuple(warnings),
     curve=eps_curve,
     max_epsilon=max_epsilon,
-    notes=tuple(notes),
+    notes=tuple(request.notes),
   )
 
 
 def _with_amplification(
-  result: AuditResult,
-  arrays: participation_log.ParticipationArrays,
-  sampling: Optional[partition_audit.DeclaredSampling],
-  strategy: Any,
-  sigma: float,
-  delta: float,
-  accountant: str,
+  result: AuditResult, arrays: participation_log.ParticipationArrays, request: "_Request"
 ) -> AuditResult:
   """The result with the partition check and amplified ε of a declared cyclic Poisson sampling.
 
   Without a declaration, or without noise (no ε to amplify), the result is unchanged.
   """
-  if sampling is None or sigma == 0:
+  if not request.amplifies:
     return result
   amplified = partition_audit.audit_declared(
     arrays.client_ids,
     arrays.codes,
     arrays.rounds,
-    sampling,
-    strategy=strategy,
+    request.sampling,
+    strategy=request.strategy,
     n=result.rounds,
-    noise_multiplier=sigma,
-    delta=delta,
-    accountant=accountant,
+    noise_multiplier=request.sigma,
+    delta=request.delta,
+    accountant=request.accountant,
   )
   return dataclasses.replace(result, amplified=amplified, notes=result.notes + (amplified.note,))
 
@@ -317,18 +297,44 @@ def validate_audit_noise_multiplier(noise_multiplier: Any) -> float:
   return accounting.validate_noise_multiplier(noise_multiplier)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Request:
+  """One audit's arguments, validated: the strategy loaded, σ and δ checked (`_validated`)."""
+
+  strategy: Any
+  sigma: float
+  delta: float
+  rounds: Optional[int]
+  min_sep: Optional[int]
+  max_participations: Optional[int]
+  method: str
+  accountant: str
+  curve: bool | str
+  max_epsilon: Optional[float]
+  notes: tuple[str, ...]
+  sampling: Optional[partition_audit.DeclaredSampling]
+
+  @property
+  def amplifies(self) -> bool:
+    """A declared cyclic Poisson sampling with noise: the claim may be the amplified ε."""
+    return self.sampling is not None and self.sigma > 0
+
+
 def _validated(
   strategy: Any,
   noise_multiplier: float,
   delta: float,
+  *,
   rounds,
   min_sep,
   max_participations,
-  *,
-  method: str = "auto",
-  curve: bool | str = False,
-  max_epsilon: Optional[float] = None,
-):
+  method: str,
+  accountant: str,
+  curve: bool | str,
+  max_epsilon: Optional[float],
+  notes: tuple[str, ...],
+  sampling: Optional[partition_audit.DeclaredSampling],
+) -> _Request:
   """The cheap arguments, validated (and the per-round work estimated) before a log is read."""
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
 
@@ -353,7 +359,10 @@ def _validated(
         strategy.sensitivity_cost(schema, method),
         f"the sensitivity of {strategy.describe()} at n={rounds}",
       )
-  return strategy, sigma, delta, rounds, min_sep, max_participations
+  return _Request(
+    strategy, sigma, delta, rounds, min_sep, max_participations, method, accountant, curve,
+    max_epsilon, tuple(notes), sampling,
+  )  # fmt: skip
 
 
 def audit_arrays(
@@ -375,45 +384,23 @@ def audit_arrays(
   sampling: Optional[partition_audit.DeclaredSampling] = None,
 ) -> AuditResult:
   """Audits a log already in memory as ``ParticipationArrays`` (see ``audit_log``)."""
-  strategy, sigma, delta, rounds, min_sep, max_participations = _validated(
-    strategy,
-    noise_multiplier,
-    delta,
-    rounds,
-    min_sep,
-    max_participations,
-    method=method,
-    curve=curve,
-    max_epsilon=max_epsilon,
-  )
+  request = _validated(
+    strategy, noise_multiplier, delta, rounds=rounds, min_sep=min_sep,
+    max_participations=max_participations, method=method, accountant=accountant, curve=curve,
+    max_epsilon=max_epsilon, notes=notes, sampling=sampling,
+  )  # fmt: skip
   stats, violations = log_statistics(
     arrays.rounds,
     arrays.codes,
     len(arrays.client_ids),
-    min_sep,
-    max_participations,
+    request.min_sep,
+    request.max_participations,
     arrays.client_ids,
     violation_limit=violation_limit,
   )
   if arrays.cut_off_row is not None:
     stats = dataclasses.replace(stats, cut_off_row=arrays.cut_off_row)
-  result = _audit(
-    stats,
-    violations,
-    strategy,
-    sigma,
-    delta,
-    rounds=rounds,
-    min_sep=min_sep,
-    max_participations=max_participations,
-    method=method,
-    accountant=accountant,
-    curve=curve,
-    log_name=log_name,
-    max_epsilon=max_epsilon,
-    notes=notes,
-  )
-  return _with_amplification(result, arrays, sampling, strategy, sigma, delta, accountant)
+  return _with_amplification(_audit(stats, violations, request, log_name), arrays, request)
 
 
 def audit_log(
@@ -463,41 +450,20 @@ def audit_log(
       reported and the claim stays the non-amplified one.
   """
   # Validate the cheap arguments (and estimate the per-round work) before reading a large log.
-  strategy, sigma, delta, rounds, min_sep, max_participations = _validated(
-    strategy,
-    noise_multiplier,
-    delta,
-    rounds,
-    min_sep,
-    max_participations,
-    method=method,
-    curve=curve,
-    max_epsilon=max_epsilon,
-  )
+  request = _validated(
+    strategy, noise_multiplier, delta, rounds=rounds, min_sep=min_sep,
+    max_participations=max_participations, method=method, accountant=accountant, curve=curve,
+    max_epsilon=max_epsilon, notes=notes, sampling=sampling,
+  )  # fmt: skip
   stats, violations = scan_log(
     path,
-    min_sep=min_sep,
-    max_participations=max_participations,
+    min_sep=request.min_sep,
+    max_participations=request.max_participations,
     violation_limit=violation_limit,
     progress=progress,
   )
-  result = _audit(
-    stats,
-    violations,
-    strategy,
-    sigma,
-    delta,
-    rounds=rounds,
-    min_sep=min_sep,
-    max_participations=max_participations,
-    method=method,
-    accountant=accountant,
-    curve=curve,
-    log_name=os.fspath(path),
-    max_epsilon=max_epsilon,
-    notes=notes,
-  )
-  if sampling is None or sigma == 0:
+  result = _audit(stats, violations, request, os.fspath(path))
+  if not request.amplifies:
     return result
-  arrays = participation_log.read_participation_arrays(path)
-  return _with_amplification(result, arrays, sampling, strategy, sigma, delta, accountant)
+  # The partition check needs the client and round columns again (a second read).
+  return _with_amplification(result, participation_log.read_participation_arrays(path), request)

@@ -13,26 +13,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedmf.mf import resources
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy.accounting import gaussian_epsilon, rho_zcdp, validate_delta
 from fedmf.privacy.events import validate_noise_multiplier
 
 
-def cached_sensitivity(strategy: Any, schema: ParticipationSchema, method: str, cache: dict) -> Any:
-  """The strategy's sensitivity under `schema`, computed once per distinct (n, b, k).
-
-  Each new evaluation is estimated first and refused beyond the resource limits
-  (`fedmf.mf.resources`: --max-memory, --max-seconds).
-  """
-  key = (schema.n, schema.min_sep, schema.max_participations)
-  if key not in cache:
-    resources.check(
-      strategy.sensitivity_cost(schema, method),
-      f"the sensitivity of {strategy.describe()} at n={schema.n}",
-    )
-    cache[key] = strategy.sensitivity(schema, method)
-  return cache[key]
+def cached_sensitivity(strategy: Any, schema: ParticipationSchema, method: str) -> Any:
+  """The strategy's sensitivity under `schema`, computed once per distinct (n, b, k) (the strategy
+  caches it), each new evaluation estimated first and refused beyond the resource limits."""
+  return strategy.checked_sensitivity(schema, method)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +64,6 @@ def epsilon_curve(
   method: str = "auto",
   max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS,
   time_budget: float = 0.0,
-  sensitivities: dict[tuple[int, Any, int], Any] | None = None,
 ) -> EpsilonCurve:
   """ε after r rounds, r = 1..n, using the realized (b_r, k_r) of the first r rounds (BLT §1).
 
@@ -89,8 +77,6 @@ def epsilon_curve(
     max_evaluations: Cap on sensitivity evaluations (None: no cap, at least one per distinct
       (b_r, k_r)).
     time_budget: Seconds to spend on evaluations beyond the mandatory ones (default none).
-    sensitivities: A cache {(r, b, k): Sensitivity} to read and fill (b None for single
-      participation), e.g. shared with the audit's headline claim at r = n.
 
   The realized b_r never grows and k_r never shrinks, so the rounds fall into runs of constant
   (b_r, k_r), usually a handful. The sensitivity is evaluated once per run, at its last round,
@@ -130,14 +116,14 @@ def epsilon_curve(
     )
     first = np.concatenate([[0], last[:-1] + 1])
     runs = [(runs[f][0], runs[l][1]) for f, l in zip(first, last)]
-  cache = {} if sensitivities is None else sensitivities
-
+  # The strategy caches each (r, b, k)'s sensitivity: the audit's headline claim at r = n is
+  # computed once for both.
   evaluated: dict[int, Any] = {}  # 0-based index p (r = p + 1) -> Sensitivity.
 
   def evaluate(p: int) -> None:
     kk = int(k[p])
     ms = None if (kk <= 1 or b[p] < 0) else int(b[p])
-    evaluated[p] = cached_sensitivity(strategy, ParticipationSchema(p + 1, ms, kk), method, cache)
+    evaluated[p] = cached_sensitivity(strategy, ParticipationSchema(p + 1, ms, kk), method)
 
   t0 = time.perf_counter()
   for _, e in runs:

@@ -240,6 +240,8 @@ class TrainingConfig:
       raise ConfigError("workers must be a count >= 0 or a non-empty list of 'host:port'")
     try:
       channels.check_remote_workers(self.workers, tls)
+      if tls is not None:
+        tls.read()  # Unreadable or non-PEM files are refused now, before any work.
     except FedmfUserError as e:
       raise ConfigError(f"workers: {e}") from None
 

@@ -190,8 +190,8 @@ def build_run(
   resumed program learns its seed from the checkpoint (`fedmf.program.train`).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
+  from fedmf import tasks  # pylint: disable=g-import-not-at-top
   from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
-  from fedmf.tasks import build_task  # pylint: disable=g-import-not-at-top
   from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
@@ -199,7 +199,21 @@ def build_run(
     resources.check(
       model_state_cost(config), f"training {config.model} at vocab_size {config.vocab_size}"
     )
-  task = build_task(config) if task is None else task
+  if task is None:
+    task = tasks.build_task(
+      tasks.TaskSpec(
+        task=config.task,
+        num_clients=config.num_clients,
+        vocab_size=config.vocab_size,
+        preset=config.model,
+        sequence_length=config.sequence_length,
+        batch_size=config.batch_size,
+        max_sentences=config.max_sentences_per_client,
+        test_sentences=config.test_sentences,
+        seed=config.seed,
+        data_dir=config.data_dir,
+      )
+    )
   if config.clients_per_round > task.num_clients:
     raise ConfigError(
       f"clients_per_round ({config.clients_per_round}) exceeds the task's "

@@ -3,33 +3,44 @@
   synthetic       built-in StackOverflow-like next-word data, no download (the default)
   stackoverflow   TFF's stackoverflow.sqlite from a local directory (never downloads)
 
-`build_task(config)` makes the task of a `TrainingConfig`; a user's own data and model plug in as
-a `fedmf.tasks.base.Task` subclass (docs/simulation.md).
+`build_task(spec)` makes the task a `TaskSpec` names (the program fills it from its config); a
+user's own data and model plug in as a `fedmf.tasks.base.Task` subclass (docs/simulation.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Optional
+
 from fedmf.tasks.base import ArrayTask, Task
 
-__all__ = ["ArrayTask", "Task", "build_task"]
+__all__ = ["ArrayTask", "Task", "TaskSpec", "build_task"]
 
 
-def build_task(config) -> Task:
-  """The task a training config names (imports TensorFlow)."""
-  common = dict(
-    num_clients=config.num_clients,
-    vocab_size=config.vocab_size,
-    preset=config.model,
-    sequence_length=config.sequence_length,
-    batch_size=config.batch_size,
-    max_sentences=config.max_sentences_per_client,
-    test_sentences=config.test_sentences,
-    seed=config.seed,
-  )
-  if config.task == "synthetic":
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """What a built-in task needs, and nothing else (docs/simulation.md names the config keys)."""
+
+  task: str  # synthetic | stackoverflow
+  num_clients: int
+  vocab_size: int
+  preset: str  # the model: lstm-small | lstm-paper
+  sequence_length: int
+  batch_size: int
+  max_sentences: int
+  test_sentences: int
+  seed: int
+  data_dir: Optional[str] = None  # stackoverflow: the directory holding stackoverflow.sqlite
+
+
+def build_task(spec: TaskSpec) -> Task:
+  """The task `spec` names (imports TensorFlow)."""
+  common = dataclasses.asdict(spec)
+  name, data_dir = common.pop("task"), common.pop("data_dir")
+  if name == "synthetic":
     from fedmf.tasks.synthetic import SyntheticTask  # pylint: disable=g-import-not-at-top
 
     return SyntheticTask(**common)
   from fedmf.tasks.stackoverflow import StackOverflowTask  # pylint: disable=g-import-not-at-top
 
-  return StackOverflowTask(data_dir=config.data_dir, **common)
+  return StackOverflowTask(data_dir=data_dir, **common)

@@ -19,7 +19,7 @@ _EXPORTS = {
   'CorrelatedNoiseFactory': 'fedmf.tff.aggregators',
   'build_dp_aggregator': 'fedmf.tff.aggregators',
   'build_dp_fed_avg': 'fedmf.tff.learning',
-  'build_host_noise_fed_avg': 'fedmf.tff.host_noise',
+  'build_host_noise_fed_avg': 'fedmf.tff.learning',
   'ensure_context': 'fedmf.tff.context',
   'local_execution_context': 'fedmf.tff.context',
 }

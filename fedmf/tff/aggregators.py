@@ -89,6 +89,41 @@ def _all_finite(tensors: list[tf.Tensor]) -> tf.Tensor:
   return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
 
 
+def dp_mean_arguments(
+  noise_multiplier: Any, clip_norm: Any, clients_per_round: Any
+) -> tuple[float, float, float]:
+  """(ζ, ζσ, B) of a DP mean, each checked to be a finite number (ζ, B > 0; σ >= 0)."""
+  sigma = _finite_number(noise_multiplier, 'noise_multiplier', positive=False)
+  clip = _finite_number(clip_norm, 'clip_norm', positive=True)
+  cpr = _finite_number(clients_per_round, 'clients_per_round', positive=True)
+  return clip, clip * sigma, cpr
+
+
+def clip_computation(value_type, clip: float):
+  """Step 1 as a TF computation: value -> (clipped value, was_clipped, was_zeroed)."""
+  specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
+
+  @tff.tensorflow.computation(value_type)
+  def clip_tf(value):
+    clipped, was_clipped, was_zeroed = clipping.clip_update(_flatten(value), clip)
+    return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
+
+  return clip_tf
+
+
+def noised_mean(flat_sum: list, unit_noise: list, scale: float, cpr: float) -> list:
+  """Steps 2-3: (Σ clipped + ζσ·[C⁻¹ z]_i) × float32(1/B) per tensor (BandMF Alg. 1; BLT Eq. 1).
+
+  × float32(1/B), not ÷ B: TF's graph optimizer rewrites a division by a constant into this
+  multiplication anyway, and writing it so gives the same bits here, in eager TF and in numpy
+  (the host server step, fedmf.program.server).
+  """
+  return [
+    (t + tf.cast(scale, t.dtype) * z) * tf.cast(1.0 / cpr, t.dtype)
+    for t, z in zip(flat_sum, unit_noise)
+  ]
+
+
 def _flatten(value: Any) -> list:
   if isinstance(value, tff.structure.Struct):
     return tff.structure.flatten(value)
@@ -107,9 +142,9 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     clients_per_round: float,
     noise_seed: Optional[int] = None,
   ):
-    self._noise_multiplier = _finite_number(noise_multiplier, 'noise_multiplier', positive=False)
-    self._clip_norm = _finite_number(clip_norm, 'clip_norm', positive=True)
-    self._clients_per_round = _finite_number(clients_per_round, 'clients_per_round', positive=True)
+    self._clip_norm, self._scale, self._clients_per_round = dp_mean_arguments(
+      noise_multiplier, clip_norm, clients_per_round
+    )
     self._stream = stream
     self._seed = None if noise_seed is None else _seed_pair(noise_seed)
 
@@ -123,9 +158,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
     specs = tf.nest.flatten(specs_struct)
     stream = self._stream
-    clip = self._clip_norm
-    scale = self._clip_norm * self._noise_multiplier
-    cpr = self._clients_per_round
+    clip, scale, cpr = self._clip_norm, self._scale, self._clients_per_round
     fixed_seed = self._seed
 
     @tff.tensorflow.computation
@@ -143,11 +176,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
     state_type = init_tf.type_signature.result
 
-    @tff.tensorflow.computation(value_type)
-    def clip_tf(value):
-      clipped, was_clipped, was_zeroed = clipping.clip_update(_flatten(value), clip)
-      return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
-
+    clip_tf = clip_computation(value_type, clip)
     sum_type = clip_tf.type_signature.result[0]
 
     @tff.tensorflow.computation(state_type, sum_type)
@@ -162,13 +191,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         noises, new_noise_state = stream.step(
           noise_state, noise_lib.round_draws(state['seed'], round_index, specs), noise_lib.TF_OPS
         )
-      # × float32(1/cpr), not ÷ cpr: TF's graph optimizer rewrites a division by a constant into
-      # this multiplication anyway, and writing it so gives the same bits here, in eager TF and in
-      # numpy (the host server step, fedmf.program.server).
-      mean = [
-        (t + tf.cast(scale, t.dtype) * z) * tf.cast(1.0 / cpr, t.dtype)
-        for t, z in zip(flat, noises)
-      ]
+      mean = noised_mean(flat, noises, scale, cpr)
       # Runtime guard: training stops in the round where the noise or the aggregate stops being
       # finite (an overflowing sum of huge updates, σ·ζ beyond float32, a stream that overflows),
       # never after. Non-finite client updates were zeroed above, and stay so.

@@ -115,21 +115,29 @@ def read_pem(path: str, what: str) -> bytes:
   return data
 
 
-def open_channel(target: str, tls: Optional[TLSFiles] = None):
-  """A gRPC channel to `target` (`unix:PATH` or `host:port`), over mutual TLS when `tls` is given."""
+def channel_credentials(tls: TLSFiles):
+  """gRPC client credentials for mutual TLS: the PEM files read (and checked) once, for every channel."""
   import grpc  # pylint: disable=g-import-not-at-top
 
-  if tls is None:
-    return grpc.insecure_channel(target, list(CHANNEL_OPTIONS))
   ca, cert, key = tls.read()
-  credentials = grpc.ssl_channel_credentials(
-    root_certificates=ca, private_key=key, certificate_chain=cert
-  )
+  return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+
+def open_channel(target: str, credentials=None):
+  """A gRPC channel to `target` (`unix:PATH` or `host:port`), over mutual TLS with `credentials`
+  (`channel_credentials`), else in plaintext (loopback and Unix sockets only: the callers check)."""
+  import grpc  # pylint: disable=g-import-not-at-top
+
+  if credentials is None:
+    return grpc.insecure_channel(target, list(CHANNEL_OPTIONS))
   return grpc.secure_channel(target, credentials, list(CHANNEL_OPTIONS))
 
 
 def check_remote_workers(addresses: Sequence[str], tls: Optional[TLSFiles]) -> list[Address]:
-  """Parses worker addresses; a non-loopback worker needs mutual TLS (refused in plaintext)."""
+  """Parses worker addresses; a non-loopback worker needs mutual TLS (refused in plaintext).
+
+  The PEM files themselves are read by `channel_credentials` (once per pool) or `TLSFiles.read`.
+  """
   parsed = [parse_address(a) for a in addresses]
   if len(set(parsed)) != len(parsed):
     raise WorkerAddressError(f"workers lists an address twice: {list(addresses)}")
@@ -139,6 +147,4 @@ def check_remote_workers(addresses: Sequence[str], tls: Optional[TLSFiles]) -> l
       f"worker {exposed[0]} is not on loopback: give worker_tls (ca, cert, key) to reach it "
       "over mutual TLS (plaintext would let anyone on the path run code on it)"
     )
-  if tls is not None:
-    tls.read()
   return parsed

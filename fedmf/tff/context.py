@@ -80,7 +80,7 @@ def worker_binary_path() -> str:
   return os.path.normpath(os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary'))
 
 
-class _WorkerService:
+class WorkerService:
   """Starts, restarts and stops one isolated `worker_binary` (`fedmf.tff.sandbox`)."""
 
   def __init__(
@@ -106,6 +106,12 @@ class _WorkerService:
   @property
   def process(self):
     return None if self._worker is None else self._worker.process
+
+  @property
+  def is_ready(self) -> bool:
+    """True while the started worker answers (False before the first `get_stub` and after close)."""
+    stub = self._stub
+    return bool(stub is not None and stub.is_ready)
 
   @property
   def address(self) -> Optional[str]:
@@ -159,7 +165,7 @@ class _WorkerService:
       self._stop_process()
 
 
-def context_kwargs(service: _WorkerService, default_num_clients: int = 0) -> dict:
+def context_kwargs(service: WorkerService, default_num_clients: int = 0) -> dict:
   """The executor stack and compiler of TFF's native local context, over a worker we own."""
 
   def stack_fn(cardinalities):
@@ -198,7 +204,7 @@ class LocalExecutionContext(tff.framework.SyncExecutionContext):
     log_path: Optional[str] = None,
     isolation: Optional[str] = None,
   ):
-    self._service = _WorkerService(max_concurrent_computation_calls, log_path, isolation)
+    self._service = WorkerService(max_concurrent_computation_calls, log_path, isolation)
     super().__init__(**context_kwargs(self._service, default_num_clients))
     # Start now, from the calling (usually main) thread: PR_SET_PDEATHSIG is
     # tied to the thread that forks, and the main thread lives longest.

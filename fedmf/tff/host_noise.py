@@ -7,7 +7,7 @@ parameters made the factory 2.38× `gaussian_fixed`). `HostNoise` keeps the stat
 gives each round's noise; fedmf's own loop adds it on the host (`fedmf.program.server`).
 
 For users' own `tff.learning` FedAvg (their `model_fn` and optimizers),
-`build_host_noise_fed_avg` returns a `HostNoiseFedAvg`: a learning process whose aggregator takes
+`fedmf.tff.build_dp_fed_avg(..., noise_on_host=True)` returns a `HostNoiseFedAvg`: a learning process whose aggregator takes
 the round's noise as its state, set on the host before each `next` call, so only this round's
 model-sized noise crosses the context (no buffers), and whose noise equals the factory's for the
 same seed. The factory (`build_dp_aggregator`) stays for deployments that need one pure TFF
@@ -17,8 +17,7 @@ computation.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -28,7 +27,6 @@ from tensorflow_federated.python.core.impl.types import type_conversions
 from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
 from fedmf.tff import aggregators as aggregators_lib
-from fedmf.tff import clipping
 from fedmf.tff import noise as noise_lib
 
 
@@ -173,40 +171,29 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   """
 
   def __init__(self, *, noise_multiplier: float, clip_norm: float, clients_per_round: float):
-    self._clip = aggregators_lib._finite_number(clip_norm, "clip_norm", positive=True)  # pylint: disable=protected-access
-    sigma = aggregators_lib._finite_number(noise_multiplier, "noise_multiplier", positive=False)  # pylint: disable=protected-access
-    self._scale = self._clip * sigma
-    self._cpr = aggregators_lib._finite_number(
-      clients_per_round, "clients_per_round", positive=True
-    )  # pylint: disable=protected-access
+    self._clip, self._scale, self._cpr = aggregators_lib.dp_mean_arguments(
+      noise_multiplier, clip_norm, clients_per_round
+    )
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f"value_type must be a structure of floats, got {value_type}")
     specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
     specs = tf.nest.flatten(specs_struct)
-    clip, scale, cpr = self._clip, self._scale, self._cpr
+    scale, cpr = self._scale, self._cpr
 
     @tff.tensorflow.computation
     def init_tf():
       return [tf.zeros(s.shape, s.dtype) for s in specs]
 
     state_type = init_tf.type_signature.result
-
-    @tff.tensorflow.computation(value_type)
-    def clip_tf(value):
-      clipped, was_clipped, was_zeroed = clipping.clip_update(aggregators_lib._flatten(value), clip)  # pylint: disable=protected-access
-      return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
-
+    clip_tf = aggregators_lib.clip_computation(value_type, self._clip)
     sum_type = clip_tf.type_signature.result[0]
 
     @tff.tensorflow.computation(state_type, sum_type)
     def noise_tf(noise, total):
       flat = aggregators_lib._flatten(total)  # pylint: disable=protected-access
-      mean = [
-        (t + tf.cast(scale, t.dtype) * z) * tf.cast(1.0 / cpr, t.dtype)
-        for t, z in zip(flat, tf.nest.flatten(noise))
-      ]
+      mean = aggregators_lib.noised_mean(flat, tf.nest.flatten(noise), scale, cpr)
       return tf.nest.pack_sequence_as(specs_struct, mean)
 
     @tff.federated_computation
@@ -261,35 +248,12 @@ class HostNoiseFedAvg:
     self.noise.close()
 
 
-def build_host_noise_fed_avg(
-  model_fn: Callable[[], Any],
-  strategy: Any,
-  *,
-  noise_multiplier: float,
-  clip_norm: float,
-  clients_per_round: int,
-  client_optimizer_fn: Any,
-  server_optimizer_fn: Any,
-  noise_seed: Optional[int] = None,
-  num_rounds: Optional[int] = None,
-  **fed_avg_kwargs: Any,
-) -> HostNoiseFedAvg:
-  """Unweighted FedAvg with `strategy`'s correlated noise kept on the host.
+def host_noise_fed_avg(process, stream: streaming.NoiseStream, noise_seed: Optional[int]):
+  """Wraps a FedAvg `process` built with a `HostNoiseFactory` aggregator: its noise, on the host.
 
-  Same arguments as `build_dp_fed_avg` (the rest go to `build_unweighted_fed_avg`, e.g.
-  `loop_implementation`); for the same `noise_seed` the noise (and so the model) is the
-  factory's. `noise_seed` None draws one from OS randomness (never stored in TFF's state).
+  For the same `noise_seed` the noise (and so the model) is the factory's; None draws one from OS
+  randomness (never stored in TFF's state).
   """
-  stream = noise_lib.make_noise_stream(strategy, num_rounds=num_rounds)  # as the factory does
-  process = tff.learning.algorithms.build_unweighted_fed_avg(
-    model_fn,
-    client_optimizer_fn=client_optimizer_fn,
-    server_optimizer_fn=server_optimizer_fn,
-    model_aggregator=HostNoiseFactory(
-      noise_multiplier=noise_multiplier, clip_norm=clip_norm, clients_per_round=clients_per_round
-    ),
-    **fed_avg_kwargs,
-  )
   weights_type = process.initialize.type_signature.result.member.global_model_weights.trainable
   shapes = [tuple(t.shape) for t in tff.structure.flatten(weights_type)]
   seed = aggregators_lib.draw_noise_seed() if noise_seed is None else int(noise_seed)

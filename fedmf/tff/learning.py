@@ -4,7 +4,8 @@ Layer 3 of docs/architecture.md. Thin helpers around
 `tff.learning.algorithms.build_unweighted_fed_avg` / `build_weighted_fed_avg`
 with `model_aggregator=build_dp_aggregator(...)` (weighted: wrapped in
 `tff.aggregators.as_weighted_aggregator`; DP needs the unweighted mean, so the
-weights are ignored by the DP part).
+weights are ignored by the DP part). With `noise_on_host=True` the aggregator
+takes each round's noise from the host instead (`fedmf.tff.host_noise`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Any, Optional
 
 import tensorflow_federated as tff
 
+from fedmf.tff import host_noise
+from fedmf.tff import noise as noise_lib
 from fedmf.tff.aggregators import build_dp_aggregator
 
-__all__ = ['build_dp_fed_avg']
+__all__ = ['build_dp_fed_avg', 'build_host_noise_fed_avg']
 
 
 def build_dp_fed_avg(
@@ -31,7 +34,9 @@ def build_dp_fed_avg(
   noise_seed: Optional[int] = None,
   num_rounds: Optional[int] = None,
   weighted: bool = False,
-) -> tff.learning.templates.LearningProcess:
+  noise_on_host: bool = False,
+  **fed_avg_kwargs: Any,
+):
   """FedAvg whose model update mean is the fedmf DP mean for `strategy`.
 
   Args:
@@ -43,31 +48,50 @@ def build_dp_fed_avg(
     clients_per_round: fixed denominator of the DP mean.
     client_optimizer_fn: e.g. `tff.learning.optimizers.build_sgdm(0.1)`.
     server_optimizer_fn: e.g. `tff.learning.optimizers.build_sgdm(1.0, 0.9)`.
-    noise_seed: None draws one from OS randomness at `initialize()`.
+    noise_seed: None draws one from OS randomness (at `initialize()` for the
+      factory; once, on the host, with `noise_on_host`).
     num_rounds: horizon for banded strategies.
     weighted: use `build_weighted_fed_avg` with `as_weighted_aggregator`.
+    noise_on_host: keep the noise stream's state on the host, out of TFF's
+      state (docs/aggregators.md: faster in your own loop; not one pure TFF
+      computation). The same noise and model as the factory for the same seed.
+    **fed_avg_kwargs: passed on to TFF's FedAvg builder (e.g. `loop_implementation`).
 
   Returns:
-    A `tff.learning.templates.LearningProcess`.
+    A `tff.learning.templates.LearningProcess`; with `noise_on_host`, a
+    `fedmf.tff.host_noise.HostNoiseFedAvg` used the same way (`initialize`,
+    `next`), which you `close()` at the end.
   """
-  aggregator = build_dp_aggregator(
-    strategy,
-    noise_multiplier=noise_multiplier,
-    clip_norm=clip_norm,
-    clients_per_round=clients_per_round,
-    noise_seed=noise_seed,
-    num_rounds=num_rounds,
-  )
-  if weighted:
-    return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      model_aggregator=tff.aggregators.as_weighted_aggregator(aggregator),
+  if noise_on_host:
+    stream = noise_lib.make_noise_stream(strategy, num_rounds=num_rounds)  # as the factory does
+    aggregator = host_noise.HostNoiseFactory(
+      noise_multiplier=noise_multiplier, clip_norm=clip_norm, clients_per_round=clients_per_round
     )
-  return tff.learning.algorithms.build_unweighted_fed_avg(
+  else:
+    aggregator = build_dp_aggregator(
+      strategy,
+      noise_multiplier=noise_multiplier,
+      clip_norm=clip_norm,
+      clients_per_round=clients_per_round,
+      noise_seed=noise_seed,
+      num_rounds=num_rounds,
+    )
+  build = tff.learning.algorithms.build_unweighted_fed_avg
+  if weighted:
+    build = tff.learning.algorithms.build_weighted_fed_avg
+    aggregator = tff.aggregators.as_weighted_aggregator(aggregator)
+  process = build(
     model_fn,
     client_optimizer_fn=client_optimizer_fn,
     server_optimizer_fn=server_optimizer_fn,
     model_aggregator=aggregator,
+    **fed_avg_kwargs,
   )
+  if noise_on_host:
+    return host_noise.host_noise_fed_avg(process, stream, noise_seed)
+  return process
+
+
+def build_host_noise_fed_avg(model_fn: Callable[[], Any], strategy: Any, **kwargs: Any):
+  """`build_dp_fed_avg(model_fn, strategy, noise_on_host=True, **kwargs)`."""
+  return build_dp_fed_avg(model_fn, strategy, noise_on_host=True, **kwargs)

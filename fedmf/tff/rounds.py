@@ -21,7 +21,7 @@ Updates follow TFF's model-delta convention: update = initial weights − traine
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff

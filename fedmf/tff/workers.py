@@ -54,12 +54,16 @@ class WorkersLostError(FedmfRuntimeError):
 class _StubSource:
   """What `context_lib.context_kwargs` needs: `get_stub()`, for a worker reached by address."""
 
-  def __init__(self, target: str, tls: Optional[channels.TLSFiles]):
-    self.channel = channels.open_channel(target, tls)
+  def __init__(self, target: str, credentials):
+    self.channel = channels.open_channel(target, credentials)
     self.stub = tff.framework.RemoteExecutorGrpcStub(self.channel)
 
   def get_stub(self):
     return self.stub
+
+  @property
+  def is_ready(self) -> bool:
+    return bool(self.stub.is_ready)
 
   def close(self) -> None:
     with contextlib.suppress(Exception):
@@ -69,7 +73,7 @@ class _StubSource:
 @dataclasses.dataclass
 class _Worker:
   name: str
-  source: object  # _StubSource or context_lib._WorkerService
+  source: Union[_StubSource, context_lib.WorkerService]
   context: tff.framework.SyncExecutionContext
   thread: concurrent.futures.ThreadPoolExecutor
   lost: Optional[str] = None
@@ -77,8 +81,7 @@ class _Worker:
 
   @property
   def is_ready(self) -> bool:
-    stub = getattr(self.source, "stub", None) or getattr(self.source, "_stub", None)
-    return bool(stub is not None and stub.is_ready)
+    return self.source.is_ready
 
 
 class WorkerPool:
@@ -107,13 +110,14 @@ class WorkerPool:
           raise ValueError(f"workers must be >= 1, got {workers}")
         for i in range(workers):
           log_path = None if log_dir is None else os.path.join(log_dir, f"worker-{i}.log")
-          service = context_lib._WorkerService(-1, log_path, isolation)  # pylint: disable=protected-access
+          service = context_lib.WorkerService(-1, log_path, isolation)
           service.get_stub()  # Start now, from this (main) thread.
           self._add(f"local worker {i}", service, default_num_clients)
       else:
         channels.check_remote_workers(workers, tls)
+        credentials = None if tls is None else channels.channel_credentials(tls)
         for address in workers:
-          self._add(address, _StubSource(address, tls), default_num_clients)
+          self._add(address, _StubSource(address, credentials), default_num_clients)
         self._wait_connected(connect_timeout_s or min(self.timeout_s, 60.0))
     except BaseException:
       self.close()
@@ -155,12 +159,10 @@ class WorkerPool:
     logger.warning(
       "TFF worker %s lost (%s); its chunks go to the other workers", worker.name, reason
     )
-    # Closing its channel fails the call still blocked in its thread (TFF would retry forever).
-    if isinstance(worker.source, _StubSource):
+    # Closing its channel (and stopping a local worker) fails the call still blocked in its thread
+    # (TFF would retry forever).
+    with contextlib.suppress(Exception):
       worker.source.close()
-    else:
-      with contextlib.suppress(Exception):
-        worker.source._stop_process()  # pylint: disable=protected-access
     worker.thread.shutdown(wait=False, cancel_futures=True)
 
   def map_chunks(self, call: Callable[[object, int], object], count: int) -> list:

@@ -13,7 +13,6 @@ import csv
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -64,32 +63,6 @@ def setting(tmp_path_factory):
       os.environ.pop("FEDMF_CACHE_DIR", None)
 
 
-def _start_worker(host: netns.Host, certs: Path) -> subprocess.Popen:
-  proc = host.popen(
-    [
-      sys.executable,
-      "-m",
-      "fedmf.cli.main",
-      "worker",
-      "--listen",
-      f"{host.address}:{PORT}",
-      "--tls-cert",
-      str(certs / "worker.pem"),
-      "--tls-key",
-      str(certs / "worker.key"),
-      "--tls-client-ca",
-      str(certs / "ca.pem"),
-    ],
-    stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE,
-    text=True,
-  )
-  line = netns.read_line(proc, 120)
-  assert f"serving on {host.address}:{PORT}" in line, (line, proc.poll())
-  assert "mutual TLS on" in line
-  return proc
-
-
 def _train(root: Path, extra: list[str], capsys) -> tuple[int, str]:
   args = ["train", "--root", str(root), "--no-progress"]
   for item in TINY + extra:
@@ -127,7 +100,10 @@ def reference(setting):
 
 def test_two_remote_workers_over_mtls_give_the_in_process_model(setting, reference, capsys):
   a, b = setting["hosts"]
-  workers = [_start_worker(a, setting["certs"]), _start_worker(b, setting["certs"])]
+  workers = [
+    netns.start_worker(a, setting["certs"], PORT),
+    netns.start_worker(b, setting["certs"], PORT),
+  ]
   try:
     code, err = _train(
       setting["base"] / "remote", [_workers(a, b), *_tls(setting["certs"])], capsys
@@ -165,7 +141,7 @@ def test_a_worker_refuses_plaintext_and_foreign_certificates(setting):
 
   a, _ = setting["hosts"]
   certs, other = setting["certs"], setting["other"]
-  worker = _start_worker(a, certs)
+  worker = netns.start_worker(a, certs, PORT)
   target = f"{a.address}:{PORT}"
   try:
     read = lambda p: Path(p).read_bytes()  # noqa: E731
@@ -212,7 +188,7 @@ def test_a_lost_worker_stops_the_run_and_a_rerun_resumes_to_the_same_model(
   certs = setting["certs"]
   root = setting["base"] / "lost"
   extra = [_workers(a), *_tls(certs), "worker_timeout_s=60"]
-  worker = _start_worker(a, certs)
+  worker = netns.start_worker(a, certs, PORT)
   watcher = _kill_after_rows(root, worker, 3)
   code, err = _train(root, extra, capsys)
   watcher.join()
@@ -221,7 +197,7 @@ def test_a_lost_worker_stops_the_run_and_a_rerun_resumes_to_the_same_model(
   assert len(lines) == 1 and f"{a.address}:{PORT}" in lines[0], err
   released = _released(root)
   assert 3 <= released < 6  # Stopped mid-run, no round past the one that failed.
-  _start_worker(a, certs)  # The worker is back: the rerun resumes and finishes.
+  netns.start_worker(a, certs, PORT)  # The worker is back: the rerun resumes and finishes.
   code, err = _train(root, extra, capsys)
   assert code == 0, err
   for x, y in zip(reference, _weights(root)):
@@ -236,8 +212,8 @@ def test_chunks_of_a_lost_worker_go_to_the_other_one(setting, reference, capsys,
     if proc.poll() is None:
       proc.kill()
       proc.wait()
-  _start_worker(a, certs)
-  victim = _start_worker(b, certs)
+  netns.start_worker(a, certs, PORT)
+  victim = netns.start_worker(b, certs, PORT)
   watcher = _kill_after_rows(root, victim, 2)
   code, err = _train(root, [_workers(a, b), *_tls(certs)], capsys)
   watcher.join()

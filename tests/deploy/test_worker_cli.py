@@ -77,16 +77,6 @@ def test_a_key_that_is_no_pem_is_refused(certs, tmp_path):
   assert proc.returncode == 2 and "is not a PEM file" in proc.stderr
 
 
-def _descendants(pid: int) -> set[int]:
-  found, frontier = set(), [pid]
-  while frontier:
-    out = subprocess.run(["pgrep", "-P", str(frontier.pop())], capture_output=True, text=True)
-    for child in map(int, out.stdout.split()):
-      found.add(child)
-      frontier.append(child)
-  return found
-
-
 @pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_ready_line_then_a_signal_stops_every_child(certs, stop, code):
   proc = subprocess.Popen(
@@ -107,7 +97,7 @@ def test_ready_line_then_a_signal_stops_every_child(certs, stop, code):
   try:
     line = netns.read_line(proc, 120)
     assert line.startswith("fedmf worker: serving on 127.0.0.1:") and "mutual TLS on" in line
-    children = _descendants(proc.pid)
+    children = netns.descendants(proc.pid)
     assert len(children) >= 2  # The namespace bridge and TFF's worker_binary.
     proc.send_signal(stop)
     assert proc.wait(timeout=30) == code

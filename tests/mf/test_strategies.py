@@ -202,3 +202,34 @@ def test_save_leaves_nothing_half_written(tmp_path, monkeypatch):
     st.save_strategy(strategy, target)
   assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
   assert target.read_text() == "previous"
+
+
+def test_sensitivity_is_computed_once_per_schema_and_method(monkeypatch):
+  from fedmf.mf import strategy as strategy_lib
+  from fedmf.mf.blt import Blt
+  from fedmf.mf.schema import ParticipationSchema
+
+  calls = []
+  compute = strategy_lib.Strategy._compute_sensitivity
+
+  def counting(self, schema, method):
+    calls.append((schema.n, schema.min_sep, method))
+    return compute(self, schema, method)
+
+  monkeypatch.setattr(strategy_lib.Strategy, "_compute_sensitivity", counting)
+  blt = Blt(buf_decay=np.array([0.9, 0.5]), output_scale=np.array([0.3, 0.2]))
+  schema = ParticipationSchema(64, 8, 3)
+  first = blt.sensitivity(schema)
+  assert blt.sensitivity(schema) is first
+  assert blt.sensitivity(ParticipationSchema(64, 8, 3)) == first  # an equal schema: cached too
+  assert len(calls) == 1
+  upper = blt.sensitivity(schema, "upper-bound")
+  other = blt.sensitivity(ParticipationSchema(64, 16, 3))
+  assert len(calls) == 3 and upper.value >= first.value and other != first
+  # The cache is not part of the strategy: its JSON, equality and a copy do not see it.
+  same = Blt(buf_decay=np.array([0.9, 0.5]), output_scale=np.array([0.3, 0.2]))
+  assert blt.to_dict() == same.to_dict()
+  assert "_sensitivity_cache" not in blt.to_dict()
+  with pytest.raises(Exception):
+    blt.sensitivity(schema, "no-such-method")
+  assert len(calls) == 4  # a refused method is not cached

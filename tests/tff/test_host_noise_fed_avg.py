@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedmf.tff import host_noise, learning
+from fedmf.tff import learning
 from tests.tff.test_aggregators import ALL, _client_data, _model_fn
 
 
@@ -20,7 +20,7 @@ def _optimizers():
 def test_host_noise_fed_avg_gives_the_factory_model(tff_context, name):
   common = dict(noise_multiplier=0.7, clip_norm=1.0, clients_per_round=2, noise_seed=11)
   factory = learning.build_dp_fed_avg(_model_fn, ALL[name], num_rounds=4, **common, **_optimizers())
-  host = host_noise.build_host_noise_fed_avg(
+  host = learning.build_host_noise_fed_avg(
     _model_fn, ALL[name], num_rounds=4, **common, **_optimizers()
   )
   data = [_client_data(0), _client_data(1)]
@@ -48,7 +48,7 @@ def test_host_noise_fed_avg_gives_the_factory_model(tff_context, name):
 
 def test_bad_values_are_refused(tff_context):
   with pytest.raises(ValueError, match="clip_norm"):
-    host_noise.build_host_noise_fed_avg(
+    learning.build_host_noise_fed_avg(
       _model_fn,
       ALL["blt"],
       noise_multiplier=1.0,
@@ -56,3 +56,23 @@ def test_bad_values_are_refused(tff_context):
       clients_per_round=2,
       **_optimizers(),
     )
+
+
+def test_weighted_fed_avg_with_host_noise_gives_the_factory_model(tff_context):
+  common = dict(noise_multiplier=0.7, clip_norm=1.0, clients_per_round=2, noise_seed=5)
+  common.update(num_rounds=2, weighted=True, **_optimizers())
+  factory = learning.build_dp_fed_avg(_model_fn, ALL["blt"], **common)
+  host = learning.build_dp_fed_avg(_model_fn, ALL["blt"], noise_on_host=True, **common)
+  data = [_client_data(0), _client_data(1)]
+  f_state, h_state = factory.initialize(), host.initialize()
+  try:
+    for _ in range(2):
+      f_state = factory.next(f_state, data).state
+      h_state = host.next(h_state, data).state
+    for a, b in zip(
+      factory.get_model_weights(f_state).trainable,
+      host.process.get_model_weights(h_state).trainable,
+    ):
+      np.testing.assert_array_equal(a, b)
+  finally:
+    host.close()

@@ -17,18 +17,7 @@ from pathlib import Path
 import pytest
 
 from fedmf.tff import sandbox
-
-
-def _descendants(pid: int) -> set[int]:
-  found, frontier = set(), [pid]
-  while frontier:
-    parent = frontier.pop()
-    out = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout
-    for child in map(int, out.split()):
-      if child not in found:
-        found.add(child)
-        frontier.append(child)
-  return found
+from tests import netns
 
 
 def _listening_pids_host_namespace() -> dict[int, list[str]]:
@@ -85,7 +74,7 @@ def test_a_simulation_listens_on_no_network_address(tmp_path, workers):
   try:
     deadline = time.monotonic() + 600
     while proc.poll() is None and time.monotonic() < deadline:
-      tree = _descendants(proc.pid) | {proc.pid}
+      tree = netns.descendants(proc.pid) | {proc.pid}
       listening = _listening_pids_host_namespace()
       for pid in tree:
         assert pid not in listening, f"pid {pid} listens on {listening[pid]}"
