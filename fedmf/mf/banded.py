@@ -92,6 +92,15 @@ class BandMF(strategy_lib.Strategy):
   def describe(self) -> str:
     return f"bandmf (n={self.n}, {self.bands} band{'s' if self.bands != 1 else ''})"
 
+  @classmethod
+  def default_poisson_groups(cls, options):
+    return options.bands  # One group per band.
+
+  def poisson_amplification(self, rounds, groups):
+    # Column-normalized C: the max column norm is 1 (BandMF §5 Thm 4).
+    theta = self.banded_theta(rounds)
+    return strategy_lib.AMPLIFIED_BANDMF if theta.shape[0] == groups else None
+
   @property
   def horizon(self) -> int:
     return self.n

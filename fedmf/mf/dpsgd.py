@@ -34,6 +34,13 @@ class DpSgd(strategy_lib.Strategy):
   def fields(self):
     return {}
 
+  @classmethod
+  def default_poisson_groups(cls, options):
+    return 1  # Poisson sampling of the whole population every round.
+
+  def poisson_amplification(self, rounds, groups):
+    return strategy_lib.AMPLIFIED_DPSGD if groups == 1 else None
+
   def toeplitz_coefs(self, n: int) -> np.ndarray:
     self.check_horizon(n)
     coefs = np.zeros(n)

@@ -110,6 +110,10 @@ class Conditioning:
       )
 
 
+# Amplification theorems a strategy may be covered by (`Strategy.poisson_amplification`).
+AMPLIFIED_DPSGD = "dpsgd-poisson"  # DP-SGD with Poisson sampling: one group
+AMPLIFIED_BANDMF = "amplified-bandmf"  # BandMF §5 Thm 4: column-normalized, one group per band
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -173,6 +177,20 @@ class Strategy(abc.ABC):
   def describe(self) -> str:
     """A short human-readable name, e.g. 'blt (4 buffers)'."""
     return self.mechanism
+
+  # --- Poisson sampling (cyclic Poisson participation; issue 21: the strategy answers, not a
+  # switch on its name in the program) ------------------------------------------------------
+
+  @classmethod
+  def default_poisson_groups(cls, options: "OptimizeOptions") -> Optional[int]:
+    """Cyclic Poisson groups of a run optimizing this mechanism with `options` when
+    participation.min_sep is not given (None: the run must give it)."""
+    return None
+
+  def poisson_amplification(self, rounds: int, groups: int) -> Optional[str]:
+    """The amplification theorem (`AMPLIFIED_DPSGD`, `AMPLIFIED_BANDMF`) that covers this strategy
+    over `rounds` rounds with `groups` cyclic Poisson groups, or None."""
+    return None
 
   # --- C --------------------------------------------------------------------------------------
 

@@ -10,9 +10,10 @@ One concept: a round of DP FedAvg (the papers' FedSGDM; BandMF App. I, BLT Alg. 
      learning-rate schedule (`fedmf.program.server`);
   4. the privacy meter records who took part.
 
-`build_run(config)` makes everything a run needs; `run_round(run, r)` does round r. The simulation
-(`fedmf.program.simulate`) loops over it in process; the training program (`fedmf.program.train`)
-adds checkpoints, releases and the budget guard around the same calls.
+`build_run(config)` makes everything a run needs, once (the participation data source, the
+strategy and plan, the TFF computation, the server state and the seeded noise stream);
+`train_round(run, cohort)` does steps 2-4 for a drawn cohort. The program logic
+(`fedmf.program.logic`), shared by `fedmf simulate` and `fedmf train`, loops over the rounds.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 
 from fedmf import participation as participation_lib
 from fedmf.mf import resources
+from fedmf.mf import strategies
 from fedmf.participation import Cohort
 from fedmf.program import plan as plan_lib
 from fedmf.program import server as server_lib
@@ -68,19 +70,37 @@ class RoundRecord:
     }
 
 
+# metrics.csv columns that are counts (released as floats by the program logic, written as ints).
+INT_METRICS = frozenset(f.name for f in dataclasses.fields(RoundRecord) if f.type in ("int", int))
+
+
 @dataclasses.dataclass
 class TrainingRun:
-  """Everything a run holds (secrets included: the noise seed and buffers)."""
+  """Everything a run holds (secrets included: the noise seed and buffers).
+
+  `data_iterator` is the run's participation data source iterator
+  (`fedmf.program.data_source.ParticipationIterator`): it draws the cohorts and is checkpointed
+  with the program state; `participation` is its participation model.
+  """
 
   config: TrainingConfig
   task: Any
-  participation: participation_lib.ParticipationModel
+  data_iterator: Any
   plan: plan_lib.PrivacyPlan
   runner: Any
   noise: Optional[server_lib.HostNoise]
   server: server_lib.ServerState
   meter: PrivacyMeter
   shapes: list[tuple[int, ...]]
+  noise_seed: int = 0
+  # The strategy's stream when the run trains with noise (None without DP), and whether its
+  # rounds are computed while TFF trains the clients; `noise` is its state, from `start_noise`.
+  noise_stream: Any = None
+  noise_overlap: bool = True
+
+  @property
+  def participation(self) -> participation_lib.ParticipationModel:
+    return self.data_iterator.model
 
   @property
   def noise_scale(self) -> float:
@@ -115,10 +135,11 @@ def poisson_groups(config: TrainingConfig) -> Optional[int]:
   """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1."""
   if config.participation.model != "cyclic_poisson" or config.participation.min_sep is not None:
     return None
-  if config.mechanism == "dpsgd" and config.strategy is None:
-    return 1
-  if config.mechanism == "bandmf" and config.bands is not None:
-    return config.bands
+  if config.strategy is None:  # (a strategy file has no default: it was made for some b)
+    mechanism = strategies.mechanism_class(config.mechanism)
+    groups = mechanism.default_poisson_groups(plan_lib.optimize_options(config))
+    if groups is not None:
+      return groups
   raise ConfigError(
     "participation.model cyclic_poisson needs participation.min_sep (the number of "
     "groups; bandmf: its bands)"
@@ -156,13 +177,21 @@ def build_run(
   cache: Optional[Path] = None,
   noise_seed: Optional[int] = None,
   task: Any = None,
+  overlap: bool = True,
+  noise: bool = True,
 ) -> TrainingRun:
-  """Task, participation model, strategy, privacy plan, TFF computation and server state.
+  """Task, participation data source, strategy, privacy plan, TFF computation, server state and
+  noise stream: everything a run needs, built once.
 
   `task` replaces the config's task with your own `fedmf.tasks.Task` (your data and model).
+  `noise_seed` (default: the config's, else drawn from OS randomness) seeds the noise; `overlap`
+  computes each round's noise while TFF trains the clients (the same noise either way).
+  `noise=False` leaves the noise stream's buffers unallocated until `start_noise(run, seed)`: a
+  resumed program learns its seed from the checkpoint (`fedmf.program.train`).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
   from fedmf import tasks  # pylint: disable=g-import-not-at-top
+  from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
   from fedmf.tff.rounds import build_client_round  # pylint: disable=g-import-not-at-top
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
@@ -195,13 +224,15 @@ def build_run(
     resources.Cost.of(f"the state of {task.num_clients} devices", 64.0 * task.num_clients),
     f"simulating a population of {task.num_clients} devices",
   )
-  model = participation_lib.build(
+  iterator = ParticipationIterator.create(
     config.participation,
     task.num_clients,
     config.clients_per_round,
     config.seed,
     poisson_groups(config),
+    client_id=task.client_id,
   )
+  model = iterator.model
   schema = model.declared_schema(config.rounds)
   strategy = plan_lib.resolve_strategy(
     config, schema, plan_lib.cache_dir() if cache is None else cache
@@ -231,26 +262,48 @@ def build_run(
     ),
     f"the {strategy.describe()} noise stream",
   )
-  noise = None
-  if plan.training_noise_multiplier > 0:
-    seed = (
-      noise_seed
-      if noise_seed is not None
-      else (config.noise_seed if config.noise_seed is not None else server_lib.draw_seed())
-    )
-    # overlap: each round's noise is computed while TFF trains the clients (same noise either way).
-    noise = server_lib.HostNoise(stream, shapes, seed, overlap=True)
-  return TrainingRun(
+  if noise_seed is None:
+    noise_seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
+  run = TrainingRun(
     config=config,
     task=task,
-    participation=model,
+    data_iterator=iterator,
     plan=plan,
     runner=runner,
-    noise=noise,
+    noise=None,
     server=server_lib.initial_server_state(weights),
     meter=PrivacyMeter(strategy, plan.noise_multiplier, config.delta, task.num_clients),
     shapes=shapes,
+    noise_seed=noise_seed,
+    noise_stream=stream if plan.training_noise_multiplier > 0 else None,
+    noise_overlap=overlap,
   )
+  if noise:
+    start_noise(run)
+  return run
+
+
+def start_noise(run: TrainingRun, seed: Optional[int] = None) -> None:
+  """Allocates the run's noise stream state (round 0) for `seed` (default: the run's)."""
+  if run.noise is not None:
+    raise RuntimeError("the run's noise stream is already started")
+  if seed is not None:
+    run.noise_seed = seed
+  if run.noise_stream is not None:
+    run.noise = server_lib.HostNoise(
+      run.noise_stream, run.shapes, run.noise_seed, overlap=run.noise_overlap
+    )
+
+
+def noise_state_template(run: TrainingRun) -> list:
+  """The structure of the run's noise state (flat arrays), without allocating the stream's
+  buffers: views of the started stream's, or a zero-size stream's (for loading a checkpoint)."""
+  if run.noise is not None:
+    return run.noise.state(copy=False)
+  if run.noise_stream is None:
+    return []
+  tiny = [(1,)] * len(run.shapes)  # The layout of a kernel's state does not depend on sizes.
+  return server_lib.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
 
 
 def draw_cohort(run: TrainingRun, round_index: int) -> Cohort:
@@ -262,6 +315,8 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
   c = run.config
   r = cohort.round
   start = time.perf_counter()
+  if run.noise is None and run.noise_stream is not None:
+    raise RuntimeError("start_noise(run) before training: the run trains with noise")
   if run.noise is not None:
     run.noise.prefetch()  # The noise does not depend on the data: computed during the TFF call.
   datasets = [run.task.client_dataset(int(i)) for i in cohort.clients]

@@ -26,7 +26,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies
 from fedmf.mf import strategy_cache
 from fedmf.mf.schema import ParticipationSchema
-from fedmf.mf.strategy import OptimizeOptions, Strategy
+from fedmf.mf.strategy import AMPLIFIED_BANDMF, AMPLIFIED_DPSGD, OptimizeOptions, Strategy
 from fedmf.participation import ParticipationModel
 
 logger = logging.getLogger("fedmf.plan")
@@ -101,14 +101,18 @@ def check_optimized_for(
     )
 
 
+def optimize_options(config) -> OptimizeOptions:
+  """The options the config gives the mechanism's optimizer."""
+  return OptimizeOptions(bands=config.bands, buffers=config.buffers, seed=config.seed)
+
+
 def resolve_strategy(config, schema: ParticipationSchema, cache: Optional[Path] = None) -> Strategy:
   """The run's strategy: the config's strategy file, or its mechanism optimized for `schema`."""
   if config.strategy is not None:
     strategy = strategies.load_strategy(config.strategy)
     check_optimized_for(strategy, schema, config.strategy, config.force_strategy)
   else:
-    options = OptimizeOptions(bands=config.bands, buffers=config.buffers, seed=config.seed)
-    strategy = _optimize_cached(config.mechanism, schema, options, cache)
+    strategy = _optimize_cached(config.mechanism, schema, optimize_options(config), cache)
   strategy.check_horizon(schema.n)
   strategy.check_streamable()
   return strategy
@@ -122,14 +126,13 @@ def _amplified_event_builder(strategy: Strategy, model: ParticipationModel, roun
   if amp is None:
     return None, None
   q = amp.sampling_probability
-  if strategy.mechanism == "dpsgd" and amp.groups == 1:
+  theorem = strategy.poisson_amplification(rounds, amp.groups)
+  if theorem == AMPLIFIED_DPSGD:
     return (
       lambda s: events.dpsgd_event(s, rounds, q),
       f"DP-SGD with Poisson sampling (q = {q:.4g}), {rounds} steps, PLD",
     )
-  theta = strategy.banded_theta(rounds)
-  if strategy.mechanism == "bandmf" and theta is not None and theta.shape[0] == amp.groups:
-    # Column-normalized C: the max column norm is 1 (BandMF §5 Thm 4).
+  if theorem == AMPLIFIED_BANDMF:
     return (
       lambda s: events.amplified_bandmf_event(s, rounds, amp.groups, q),
       f"amplified BandMF (BandMF §5): {amp.groups} groups, q = {q:.4g}, PLD",

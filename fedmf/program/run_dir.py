@@ -230,7 +230,7 @@ def read_run(path: str | Path) -> RunInputs:
       ).with_rounds(rounds)
     except FedmfUserError as e:
       raise RunDirError(f"{plan_path}: declared_schema: {e}") from None
-    # As the run's own audit (fedmf.program.simulate.finish) declares it.
+    # As the run's own audit (fedmf.program.logic.finish) declares it.
     min_sep, max_participations = declared.min_sep, declared.max_participations
     sources["min_sep"] = sources["max_participations"] = str(plan_path)
 

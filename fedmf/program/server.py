@@ -24,13 +24,11 @@ cools down linearly to `cooldown_factor`·η over the last `cooldown_fraction` (
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from fedmf.errors import FedmfUserError
-from fedmf.mf import streaming
 from fedmf.tff.host_noise import HostNoise  # noqa: F401  (the program's noise; re-exported)
 
 

@@ -1,6 +1,9 @@
-"""`fedmf simulate`: the training loop in process, ending in an audit of its own participation log.
+"""`fedmf simulate`: the program logic with non-resumable pieces, ending in an audit of its log.
 
-One concept: a simulation run from a config to its outputs in OUT:
+One concept: a simulation run from a config to its outputs in OUT. It runs the program logic of
+`fedmf train` (`fedmf.program.logic`) with a simulation's pieces: no checkpoints, no model
+releases, no journal, no budget guard, metrics written by `outputs.MetricsWriter`, and the run
+written into a staging directory that replaces OUT at the end:
 
   config.json       the resolved config (the noise seed only if the user fixed it)
   plan.json         the privacy plan: strategy, declared schema, σ, planned ε, how it was accounted
@@ -20,17 +23,17 @@ crash, a kill) leaves the earlier run in OUT as it was.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from fedmf.mf import strategies
+from fedmf.program import logic
 from fedmf.program import loop
 from fedmf.program import outputs
-from fedmf.program import run_dir
 from fedmf.program import run_manifest
 from fedmf.program.config import TrainingConfig
 
@@ -41,42 +44,6 @@ RUN_FILES = outputs.RUN_MARKERS
 
 def config_record(config: TrainingConfig) -> dict[str, Any]:
   return config.to_dict()
-
-
-def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
-  c = run.config
-  out = run.plan.to_dict()
-  out["participation"] = run.participation.describe()
-  if c.reference_clients_per_round is not None:
-    out["cheap_simulation"] = (
-      f"trained on {c.clients_per_round} clients per round with σ scaled by "
-      f"{c.clients_per_round}/{c.reference_clients_per_round}, so the noise on the mean matches "
-      f"a {c.reference_clients_per_round}-client cohort (BandMF App. I); privacy is that of the "
-      f"{c.reference_clients_per_round}-client run"
-    )
-  return out
-
-
-def describe_plan(run: loop.TrainingRun) -> list[str]:
-  p = run.plan
-  lines = [
-    f"strategy: {p.strategy.describe()}"
-    if p.noise_multiplier
-    else "strategy: none (no noise is added without DP)",
-    f"participation: {run.participation.describe()}; declared {p.schema.describe()}",
-    f"noise multiplier: {p.noise_multiplier:.6g}"
-    + (
-      f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
-      f"{run.config.reference_clients_per_round} clients per round)"
-      if run.config.reference_clients_per_round and p.noise_multiplier
-      else ""
-    ),
-    f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
-    f"({p.accounting})"
-    if p.noise_multiplier
-    else "planned privacy: none (noise multiplier 0 trains without DP: no privacy guarantee)",
-  ]
-  return lines
 
 
 def run_simulation(
@@ -136,41 +103,39 @@ def _rename_paths(stage: Path, out: Path) -> None:
         path.write_text(replaced, encoding="utf-8")
 
 
+class MetricsRelease:
+  """metrics.csv and tensorboard/ of a simulation (`outputs.MetricsWriter`) as a release manager:
+  the program logic releases each round's metrics, keyed by the round."""
+
+  def __init__(self, writer: outputs.MetricsWriter):
+    self.writer = writer
+
+  async def release(self, value: dict[str, float], key: int) -> None:
+    row = {k: int(v) if k in loop.INT_METRICS else v for k, v in value.items()}
+    self.writer.write({"round": int(key), **row})
+
+
 def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, report: bool, log):
+  """The program logic with a simulation's pieces: nothing to resume, metrics into OUT."""
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
   config = run.config
-  outputs.write_json(out / "config.json", {**config_record(config), "run_id": run_id})
-  outputs.write_json(out / run_dir.PLAN_FILE, {**plan_record(run), "run_id": run_id})
-  # The strategy the noise comes from, so that `fedmf audit OUT` needs no flags.
-  strategies.save_strategy(run.plan.strategy, out / run_dir.STRATEGY_FILE)
-  for line in describe_plan(run):
-    log(line)
+  logic.start(run, out, run_id, log=log)
   initial = run.task.evaluate(run.server.weights)
   log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
   metrics = outputs.MetricsWriter(out)
   bar = outputs.Progress(config.rounds, enabled=progress, every=config.eval_every)
-  records: list[loop.RoundRecord] = []
-  last_eval = dict(initial)
   try:
     with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:
-      for r in range(config.rounds):
-        cohort = loop.draw_cohort(run, r)
-        record = loop.train_round(run, cohort)
-        log_writer.write_round(r, [run.task.client_id(int(i)) for i in cohort.clients])
-        if loop.is_eval_round(config, r):
-          last_eval = loop.evaluate(run, record)
-        records.append(record)
-        metrics.write(record.to_dict())
-        fields = {
-          "loss": f"{record.loss:.3f}",
-          "accuracy": f"{last_eval['accuracy']:.4f}",
-          "epsilon": loop.format_epsilon(run.meter.epsilon(r + 1)),
-        }
-        zeroed = sum(x.zeroed for x in records)
-        if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
-          fields["zeroed"] = str(zeroed)
-        bar.update(r, fields)
+      program = logic.Program(
+        checkpoints=logic.NoCheckpoints(),
+        metrics_managers=(MetricsRelease(metrics),),
+        model_manager=logic.NoReleases(),
+        participation_log=log_writer,
+        journal=logic.NoJournal(),
+        progress=bar,
+      )
+      rounds = asyncio.run(logic.run_rounds(run, program, initial["accuracy"]))
   except BaseException:
     metrics.abort()
     bar.close()
@@ -181,137 +146,6 @@ def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, re
   metrics.close()
   bar.close()
   seconds = time.perf_counter() - start
-  return finish(
-    run, out, records, initial, seconds, report=report, log=log, extra={"run_id": run_id}
+  return logic.finish(
+    run, out, rounds.records, initial, seconds, report=report, log=log, extra={"run_id": run_id}
   )
-
-
-def finish(
-  run: loop.TrainingRun,
-  out: Path,
-  records: list[loop.RoundRecord],
-  initial: dict[str, float],
-  seconds: float,
-  *,
-  report: bool,
-  log=print,
-  extra: Optional[dict[str, Any]] = None,
-) -> dict[str, Any]:
-  """Audits the run's participation log and writes audit.json, the report and summary.json."""
-  from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
-
-  c = run.config
-  p = run.plan
-  rounds_completed = len(records)
-  declared = p.schema.with_rounds(max(rounds_completed, 1))
-  sampling = declared_sampling(run)
-  # σ as accounted; 0 (no DP) is audited for its participation and states no guarantee.
-  result = audit.audit_log(
-    out / "participation.csv",
-    p.strategy,
-    p.noise_multiplier,
-    c.delta,
-    rounds=max(rounds_completed, 1),
-    min_sep=declared.min_sep,
-    max_participations=declared.max_participations,
-    progress=False,
-    curve="every-round" if report else False,  # the meter's ε, round by round
-    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
-    sampling=sampling,
-  )
-  audit_dict = result.to_dict()
-  if report:
-    from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
-
-    strategy_file = out / run_dir.STRATEGY_FILE
-    report_lib.write_report(
-      result,
-      out,
-      strategy_path=str(strategy_file) if strategy_file.is_file() else None,
-      # summary.json, which holds the initial accuracy, comes next.
-      metrics=run_dir.read_metrics(out, initial_accuracy=initial["accuracy"]),
-    )
-  else:
-    outputs.write_json(out / "audit.json", audit_dict)
-  # The final accuracy is the final model's: the last round's evaluation, or, when the last round
-  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now.
-  final_accuracy = final_loss = None
-  if records and records[-1].accuracy is not None:
-    final_accuracy, final_loss = records[-1].accuracy, records[-1].test_loss
-  elif records:
-    final = run.task.evaluate(run.server.weights)
-    final_accuracy, final_loss = final["accuracy"], final["loss"]
-  counts = result.violation_counts()
-  summary = {
-    "rounds": c.rounds,
-    "rounds_completed": rounds_completed,
-    "task": c.task,
-    "model": c.model,
-    "strategy": p.strategy.describe(),
-    "participation": run.participation.describe(),
-    "clients_per_round": c.clients_per_round,
-    "num_clients": run.task.num_clients,
-    "noise_multiplier": p.noise_multiplier,
-    "training_noise_multiplier": p.training_noise_multiplier,
-    "planned_epsilon": p.epsilon,
-    "delta": c.delta,
-    "accounting": p.accounting,
-    "initial_test_accuracy": initial["accuracy"],
-    "final_test_accuracy": final_accuracy,
-    "final_test_loss": final_loss,
-    "accuracy_note": run.task.accuracy_note,
-    "refused_checkins": int(sum(r.refused_checkins for r in records)),
-    "early_checkins_admitted": int(sum(r.early_admitted for r in records)),
-    "clipped_updates": int(sum(r.clipped for r in records)),
-    "zeroed_updates": int(sum(r.zeroed for r in records)),
-    "violations": int(sum(counts.values())),
-    "violation_counts": counts,
-    "median_round_seconds": _median([r.round_seconds for r in records]),
-    "seconds": seconds,
-    "audit": {
-      "observed_min_sep": audit_dict.get("observed_min_sep"),
-      "observed_max_participations": audit_dict.get("observed_max_participations"),
-      "sensitivity": audit_dict.get("sensitivity"),
-      "sensitivity_method": audit_dict.get("sensitivity_method"),
-      "rho": audit_dict.get("rho"),
-      "epsilon": audit_dict.get("epsilon"),
-      "delta": c.delta,
-      "privacy_guarantee": audit_dict.get("privacy_guarantee"),
-      "statement": audit_dict.get("statement"),
-      **(
-        {
-          "epsilon_amplified": audit_dict["epsilon_amplified"],
-          "unamplified_epsilon": audit_dict["unamplified_epsilon"],
-          "partition_violations": result.partition_violations,
-        }
-        if "epsilon_amplified" in audit_dict
-        else {}
-      ),
-    },
-    **(extra or {}),
-  }
-  if c.reference_clients_per_round is not None:
-    summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
-  outputs.write_json(out / "summary.json", summary)
-  return summary
-
-
-def declared_sampling(run: loop.TrainingRun):
-  """The run's cyclic Poisson sampling as its audit checks it (`fedmf audit OUT` reads the same
-  from config.json and summary.json: `run_dir.declared_sampling`), or None."""
-  from fedmf.privacy import partition_audit  # pylint: disable=g-import-not-at-top
-
-  amp = run.participation.amplification()
-  if amp is None:
-    return None
-  return partition_audit.DeclaredSampling(
-    amp.groups, run.task.num_clients, amp.sampling_probability
-  )
-
-
-def _median(values: list[float]) -> Optional[float]:
-  if not values:
-    return None
-  values = sorted(values)
-  mid = len(values) // 2
-  return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])

@@ -44,18 +44,17 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from fedmf import atomic_files
 from fedmf.errors import FedmfUserError
+from fedmf.program import logic
 from fedmf.program import loop
 from fedmf.program import outputs
 from fedmf.program import run_manifest
-from fedmf.program import server as server_lib
 from fedmf.program.config import PLATFORM_KEYS, TrainingConfig
-from fedmf.program.data_source import ParticipationIterator
 
 logger = logging.getLogger("fedmf.train")
 
@@ -126,32 +125,26 @@ class ReleaseJournal:
     self._journal.close()
 
 
-def _metrics_value(record: loop.RoundRecord) -> dict[str, float]:
-  """The released metrics of a round (evaluation keys only on evaluated rounds)."""
-  out = {}
-  for key in outputs.METRIC_COLUMNS[1:]:
-    value = getattr(record, key)
-    if value is not None:
-      out[key] = float(value)
-  return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Program state.
 
 
-def program_state(
-  run: loop.TrainingRun, iterator: ParticipationIterator, seed: int, initial_accuracy: float
-) -> dict:
-  """The checkpointed state (numpy only: Python floats would come back as float32)."""
+def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool = False) -> dict:
+  """The checkpointed state (numpy only: Python floats would come back as float32). A template
+  (the structure for loading; its values are never read) holds no copy of the noise buffers and
+  needs no started noise stream."""
   meter = run.meter.state()
+  if template:
+    noise = loop.noise_state_template(run)
+  else:
+    noise = run.noise.state() if run.noise is not None else []
   return {
     "format": np.int64(STATE_FORMAT),
     "round": np.int64(run.server.round),
     "weights": [np.asarray(w) for w in run.server.weights],
     "momentum": [np.asarray(m) for m in run.server.momentum],
-    "noise": run.noise.state() if run.noise is not None else [],
-    "noise_seed": np.uint64(seed),
+    "noise": noise,
+    "noise_seed": np.uint64(run.noise_seed),
     "initial_accuracy": np.float64(initial_accuracy),
     "meter": {
       "last_round": meter["last_round"],
@@ -159,110 +152,64 @@ def program_state(
       "min_gap": np.int64(meter["min_gap"]),
       "max_participations": np.int64(meter["max_participations"]),
     },
-    "data_iterator": iterator,
+    "data_iterator": run.data_iterator,
   }
 
 
-def restore_state(run: loop.TrainingRun, state: dict) -> tuple[ParticipationIterator, int, float]:
-  """Puts a loaded program state into the run; returns (iterator, noise seed, initial accuracy)."""
+def restore_state(run: loop.TrainingRun, state: dict) -> float:
+  """Puts a loaded program state into the run; returns the initial accuracy."""
   if int(state["format"]) != STATE_FORMAT:
     raise ResumeError(f"checkpoint format {int(state['format'])} is not {STATE_FORMAT}")
   run.server.weights = [np.array(w, np.float32) for w in state["weights"]]
   run.server.momentum = [np.array(m, np.float32) for m in state["momentum"]]
   run.server.round = int(state["round"])
-  seed = int(np.uint64(state["noise_seed"]))
+  loop.start_noise(run, int(np.uint64(state["noise_seed"])))
   if run.noise is not None:
-    run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed, overlap=True)
     run.noise.restore([np.asarray(x) for x in state["noise"]])
   meter = state["meter"]
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
-  iterator = state["data_iterator"]
-  run.participation = iterator.model
-  return iterator, seed, float(state["initial_accuracy"])
+  run.data_iterator = state["data_iterator"]
+  run.data_iterator.client_id = run.task.client_id
+  return float(state["initial_accuracy"])
 
 
-# ---------------------------------------------------------------------------------------------
-# The program logic.
+class FileCheckpoints:
+  """The program logic's state manager in ROOT/state: a `tff.program.FileProgramStateManager`
+  (version = rounds completed) of `program_state`."""
 
+  resumable = True
 
-async def train_program(
-  run: loop.TrainingRun,
-  *,
-  iterator: ParticipationIterator,
-  seed: int,
-  initial_accuracy: float,
-  state_manager,
-  metrics_managers: list,
-  model_manager: ModelReleaseManager,
-  participation_log,
-  journal: ReleaseJournal,
-  progress: outputs.Progress,
-  budget: Optional[float],
-) -> dict[str, Any]:
-  """Rounds from the run's current round to `config.rounds` (see the module docstring)."""
-  c = run.config
-  records: list[loop.RoundRecord] = []
-  stopped_by_budget = False
-  last_eval: Optional[float] = None
-  start_round = run.server.round
-  last_saved = start_round
-  for r in range(start_round, c.rounds):
-    before = iterator.to_bytes() if budget is not None else None
-    ids = iterator.select()
-    cohort = iterator.last_cohort
-    if budget is not None:
-      eps_next = run.meter.epsilon_if(r, cohort.clients)
-      if eps_next > budget:
-        # Round r would take ε past the budget: stop before it, as if it had not been drawn.
-        iterator_restored = ParticipationIterator.from_bytes(before)
-        iterator_restored.client_id = iterator.client_id
-        iterator = iterator_restored
-        run.participation = iterator.model
-        stopped_by_budget = True
-        logger.info(
-          "stopping before round %d: epsilon would reach %s > budget %g",
-          r,
-          loop.format_epsilon(eps_next),
-          budget,
-        )
-        break
-    try:
-      record = loop.train_round(run, cohort)
-    except loop.TrainingDiverged as e:
-      # Nothing of round r is saved or released: the last checkpoint and release stay finite.
-      raise loop.TrainingDiverged(
-        f"{e}; the last checkpoint ({last_saved} rounds done) and its release are kept"
-      ) from None
-    journal.check_and_record(r, record.noisy_mean)
-    done = r + 1
-    if loop.is_eval_round(c, r):
-      last_eval = loop.evaluate(run, record)["accuracy"]
-    checkpoint = done % c.checkpoint_every == 0 or done == c.rounds
-    if checkpoint:
-      await state_manager.save(program_state(run, iterator, seed, initial_accuracy), done)
-      last_saved = done
-    participation_log.write_round(r, ids)
-    for manager in metrics_managers:
-      await manager.release(_metrics_value(record), done - 1)
-    if checkpoint and done < c.rounds:
-      await model_manager.release(run.server.weights, done)
-    records.append(record)
-    progress.update(
-      r,
-      {
-        "loss": f"{record.loss:.3f}",
-        "accuracy": "-" if last_eval is None else f"{last_eval:.4f}",
-        "epsilon": loop.format_epsilon(run.meter.epsilon(done)),
-      },
+  def __init__(self, state_dir: Path):
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    self.manager = tff.program.FileProgramStateManager(
+      str(state_dir), keep_total=3, keep_first=True
     )
-  if stopped_by_budget or run.server.round < c.rounds:
-    # The state of the last completed round, so a rerun does not redo released rounds.
-    with contextlib.suppress(Exception):
-      await state_manager.save(
-        program_state(run, iterator, seed, initial_accuracy), run.server.round
+    self.initial_accuracy = math.nan
+
+  async def save(self, run: loop.TrainingRun, version: int) -> None:
+    await self.manager.save(program_state(run, self.initial_accuracy), version)
+
+  def resume_or_start(self, run: loop.TrainingRun, root: Path, log=print) -> int:
+    """Restores the latest checkpoint into the run (built with `noise=False`: the noise stream
+    starts with the checkpoint's seed), or starts the noise, evaluates the initial model and saves
+    version 0; returns the rounds completed."""
+    template = program_state(run, math.nan, template=True)
+    loaded, version = asyncio.run(self.manager.load_latest(template))
+    if loaded is not None:
+      self.initial_accuracy = restore_state(run, loaded)
+      log(f"resuming {root} after round {version} of {run.config.rounds}")
+      return version
+    if _released_rows(root):
+      raise ResumeError(
+        f"{root} has released rounds but no checkpoint: restarting would release them "
+        "again with new noise; refusing to start (use a new --root)"
       )
-  await model_manager.release(run.server.weights, "final")
-  return {"records": records, "stopped_by_budget": stopped_by_budget}
+    loop.start_noise(run)
+    self.initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
+    asyncio.run(self.save(run, 0))
+    log(f"starting {outputs.plural(run.config.rounds, 'round')} in {root}")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,7 +269,9 @@ def _released_rows(root: Path) -> int:
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
   return max(
-    participation_log.csv_rounds(root / "metrics.csv"), participation_log.csv_rounds(root / JOURNAL)
+    participation_log.csv_rounds(root / "metrics.csv"),
+    participation_log.csv_rounds(root / JOURNAL),
+    participation_log.csv_rounds(root / "participation.csv"),
   )
 
 
@@ -330,10 +279,6 @@ def run_training(
   config: TrainingConfig, root: str | Path, *, progress: bool = True, log=print
 ) -> dict[str, Any]:
   """Runs or resumes the training program in ROOT; returns summary.json's contents."""
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
-  from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
-  from fedmf.program import simulate  # pylint: disable=g-import-not-at-top
   from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
   root = Path(root)
@@ -346,90 +291,20 @@ def run_training(
       run_id = previous["run_id"] if previous else run_manifest.new_run_id()
       # From here until the end ROOT holds an unfinished run, which `fedmf audit` refuses.
       manifest = run_manifest.start(root, "train", run_id, rounds=config.rounds)
-      state_dir = root / "state"
-      state_dir.mkdir(mode=0o700, exist_ok=True)
-      os.chmod(state_dir, 0o700)
-      _clean_temp_states(state_dir)
+      checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
       with platform.execution(config, log_dir=str(root)) as pool:
-        run = loop.build_run(config)
+        run = loop.build_run(config, noise=False)  # The seed may come from the checkpoint.
         platform.attach(run, pool)
-        state_manager = tff.program.FileProgramStateManager(
-          str(state_dir), keep_total=3, keep_first=True
-        )
-        iterator = ParticipationIterator.create(
-          config.participation,
-          run.task.num_clients,
-          config.clients_per_round,
-          config.seed,
-          loop.poisson_groups(config),
-          client_id=run.task.client_id,
-        )
-        run.participation = iterator.model
-        seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
-        if run.noise is not None:
-          run.noise = server_lib.HostNoise(run.noise.stream, run.shapes, seed, overlap=True)
-        template = program_state(run, iterator, seed, math.nan)
-        loaded, version = asyncio.run(state_manager.load_latest(template))
-        if loaded is None:
-          if _released_rows(root) or participation_log.csv_rounds(root / "participation.csv"):
-            raise ResumeError(
-              f"{root} has released rounds but no checkpoint: restarting would release them "
-              "again with new noise; refusing to start (use a new --root)"
-            )
-          initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
-          asyncio.run(state_manager.save(program_state(run, iterator, seed, initial_accuracy), 0))
-          version = 0
-          log(f"starting {outputs.plural(config.rounds, 'round')} in {root}")
-        else:
-          iterator, seed, initial_accuracy = restore_state(run, loaded)
-          iterator.client_id = run.task.client_id
-          log(f"resuming {root} after round {version} of {config.rounds}")
-        if not resuming:
-          outputs.write_json(root / "config.json", {**config.to_dict(), "run_id": run_id})
-        outputs.write_json(root / "plan.json", {**simulate.plan_record(run), "run_id": run_id})
-        strategies.save_strategy(run.plan.strategy, root / "strategy.json")
-        for line in simulate.describe_plan(run):
-          log(line)
-        participation_log.truncate_csv_by_round(root / "metrics.csv", version)
-        metrics = [
-          tff.program.CSVFileReleaseManager(
-            str(root / "metrics.csv"),
-            save_mode=tff.program.CSVSaveMode.APPEND,
-            key_fieldname="round",
-          ),
-          tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
-        ]
-        journal = ReleaseJournal(root / JOURNAL)
-        bar = outputs.Progress(
-          config.rounds, enabled=progress, every=config.eval_every, initial=version
-        )
         try:
-          with participation_log.AppendableParticipationLog(
-            root / "participation.csv", resume_below=version
-          ) as plog:
-            result = asyncio.run(
-              train_program(
-                run,
-                iterator=iterator,
-                seed=seed,
-                initial_accuracy=initial_accuracy,
-                state_manager=state_manager,
-                metrics_managers=metrics,
-                model_manager=ModelReleaseManager(root / "release"),
-                participation_log=plog,
-                journal=journal,
-                progress=bar,
-                budget=config.budget.epsilon,
-              )
-            )
+          version = checkpoints.resume_or_start(run, root, log)
+          logic.start(run, root, run_id, write_config=not resuming, log=log)
+          rounds = _run_program(run, root, checkpoints, version, progress)
         finally:
-          bar.close()
-          journal.close()
           if run.noise is not None:
             run.noise.close()
       summary = _finish(
-        run, root, result, initial_accuracy, time.perf_counter() - start, run_id=run_id, log=log
+        run, root, rounds, checkpoints.initial_accuracy, time.perf_counter() - start, run_id
       )
       run_manifest.finish(root, manifest)
       return summary
@@ -437,29 +312,69 @@ def run_training(
     os.umask(old_umask)
 
 
+def _state_dir(root: Path) -> Path:
+  """ROOT/state, owner-only, without the temporary directories a crash left behind."""
+  state_dir = root / "state"
+  state_dir.mkdir(mode=0o700, exist_ok=True)
+  os.chmod(state_dir, 0o700)
+  _clean_temp_states(state_dir)
+  return state_dir
+
+
+def _run_program(
+  run: loop.TrainingRun, root: Path, checkpoints: FileCheckpoints, version: int, progress: bool
+) -> logic.Rounds:
+  """The program logic with the file-backed pieces, from round `version` on."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
+
+  config = run.config
+  participation_log.truncate_csv_by_round(root / "metrics.csv", version)
+  metrics = (
+    tff.program.CSVFileReleaseManager(
+      str(root / "metrics.csv"), save_mode=tff.program.CSVSaveMode.APPEND, key_fieldname="round"
+    ),
+    tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
+  )
+  journal = ReleaseJournal(root / JOURNAL)
+  bar = outputs.Progress(config.rounds, enabled=progress, every=config.eval_every, initial=version)
+  try:
+    with participation_log.AppendableParticipationLog(
+      root / "participation.csv", resume_below=version
+    ) as plog:
+      program = logic.Program(
+        checkpoints=checkpoints,
+        metrics_managers=metrics,
+        model_manager=ModelReleaseManager(root / "release"),
+        participation_log=plog,
+        journal=journal,
+        progress=bar,
+        budget=config.budget.epsilon,
+      )
+      return asyncio.run(logic.run_rounds(run, program, checkpoints.initial_accuracy))
+  finally:
+    bar.close()
+    journal.close()
+
+
 def _finish(
   run: loop.TrainingRun,
   root: Path,
-  result: dict,
+  rounds: logic.Rounds,
   initial_accuracy: float,
   seconds: float,
-  *,
   run_id: str,
-  log=print,
 ) -> dict[str, Any]:
   """The audit of the whole participation log, the report and summary.json."""
-  from fedmf.program import simulate  # pylint: disable=g-import-not-at-top
-
-  return simulate.finish(
+  return logic.finish(
     run,
     root,
     _all_records(root),
     {"accuracy": initial_accuracy},
     seconds,
     report=True,
-    log=log,
     extra={
-      "stopped_by_budget": result["stopped_by_budget"],
+      "stopped_by_budget": rounds.stopped_by_budget,
       "budget_epsilon": run.config.budget.epsilon,
       "workers": run.config.workers,
       "run_id": run_id,

@@ -115,6 +115,36 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys):
   assert (crashed / "state").stat().st_mode & 0o077 == 0  # Owner-only: it holds the noise seed.
 
 
+def test_a_run_without_noise_seed_resumes_with_its_checkpointed_seed(tmp_path):
+  """The noise stream of a resumed run is started with the checkpoint's seed (the config leaves
+  noise_seed unset: the first process drew it): the round released after the checkpoint and
+  recomputed on resume must hash the same in the journal, or the program refuses (exit 2)."""
+  root = tmp_path / "root"
+  args = ["train", "--root", str(root), "--no-progress"]
+  for item in [*TINY, "rounds=12", "checkpoint_every=4"]:
+    if not item.startswith("noise_seed="):
+      args += ["--set", item]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  command = [sys.executable, "-m", "fedmf.cli.main", *args]
+  proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  journal = root / "journal.csv"
+  while proc.poll() is None:
+    # Rounds 0-4 released: the checkpoint after round 3 (version 4) is the latest; round 4 is
+    # recomputed on resume.
+    if journal.exists() and len(journal.read_text().splitlines()) - 1 >= 5:
+      proc.send_signal(signal.SIGKILL)
+      break
+    time.sleep(0.02)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+  assert json.loads((root / "config.json").read_text())["noise_seed"] is None
+  final = subprocess.run(command, env=env, capture_output=True, text=True)
+  assert final.returncode == 0, final.stderr
+  assert "resuming" in final.stdout
+  rounds = [int(line.split(",")[0]) for line in journal.read_text().splitlines()[1:]]
+  assert rounds == list(range(12))
+
+
 def test_local_workers_give_the_in_process_model_bit_for_bit(tmp_path, capsys):
   # 4 clients a round in chunks of 1: 4 chunk sums added in chunk order, however many workers.
   extra = ["rounds=4", "checkpoint_every=10", "clients_per_call=1"]

@@ -1,0 +1,383 @@
+"""The program logic of `fedmf simulate` and `fedmf train`: one run's rounds, apart from its platform.
+
+One concept, as in `tff.program`: the logic is a function of the run (`fedmf.program.loop`, built
+once by `loop.build_run`) and of the platform pieces its caller passes in, a state manager and
+release managers (`Program`). `fedmf simulate` passes non-resumable ones (no checkpoints, no model
+releases, no journal, metrics into its staging directory); `fedmf train` file-backed ones
+(checkpoints, CSV and TensorBoard releases, model releases, the release journal, the budget
+guard). Both run every line of the round loop here:
+
+  `start`        config.json, plan.json, strategy.json and the plan in words
+  `run_rounds`   for r in [the run's round, rounds): draw the cohort (the data source iterator) →
+                 budget guard → train the round → journal → evaluate → checkpoint → participation
+                 log → release the metrics → release the model → progress; then the final model
+  `finish`       the audit of the whole participation log, the report and summary.json
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from fedmf.mf import strategies
+from fedmf.program import loop
+from fedmf.program import outputs
+from fedmf.program import run_dir
+
+logger = logging.getLogger("fedmf.train")
+
+
+# ---------------------------------------------------------------------------------------------
+# The pieces of a non-resumable program (`fedmf simulate`).
+
+
+class NoCheckpoints:
+  """The state manager of a non-resumable run: saves nothing."""
+
+  resumable = False
+
+  async def save(self, run: loop.TrainingRun, version: int) -> None:
+    del run, version
+
+
+class NoReleases:
+  """A release manager that releases nothing (a simulation releases no model files)."""
+
+  async def release(self, value: Any, key: Any) -> None:
+    del value, key
+
+
+class NoJournal:
+  """The release journal of a run that is never resumed: there is no earlier release to match."""
+
+  def check_and_record(self, round_index: int, mean: Any) -> None:
+    del round_index, mean
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """The platform pieces the program logic runs with.
+
+  Attributes:
+    checkpoints: `save(run, version)` (`NoCheckpoints`, or fedmf train's file-backed one);
+      `resumable` says whether a checkpoint is kept to resume from.
+    metrics_managers: release managers receiving each round's metrics (`metrics_value`), keyed by
+      the round.
+    model_manager: releases the weights every `checkpoint_every` rounds (key: the rounds done) and
+      at the end (key 'final').
+    participation_log: `write_round(r, client_ids)`.
+    journal: `check_and_record(r, noisy_mean)`: refuses to release a round twice, differently.
+    progress: `outputs.Progress`.
+    budget: ε the run stops before exceeding (None: no guard).
+  """
+
+  checkpoints: Any
+  metrics_managers: tuple
+  model_manager: Any
+  participation_log: Any
+  journal: Any
+  progress: outputs.Progress
+  budget: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rounds:
+  """What `run_rounds` did: the records of the rounds it ran, and whether the budget stopped it."""
+
+  records: list
+  stopped_by_budget: bool
+
+
+def metrics_value(record: loop.RoundRecord) -> dict[str, float]:
+  """The released metrics of a round (evaluation keys only on evaluated rounds)."""
+  out = {}
+  for key in outputs.METRIC_COLUMNS[1:]:
+    value = getattr(record, key)
+    if value is not None:
+      out[key] = float(value)
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The program logic.
+
+
+def start(run: loop.TrainingRun, out: Path, run_id: str, *, write_config: bool = True, log=print):
+  """Writes config.json (unless a resumed run has it), plan.json and strategy.json; says the plan."""
+  if write_config:
+    outputs.write_json(out / "config.json", {**run.config.to_dict(), "run_id": run_id})
+  outputs.write_json(out / run_dir.PLAN_FILE, {**plan_record(run), "run_id": run_id})
+  # The strategy the noise comes from, so that `fedmf audit OUT` needs no flags.
+  strategies.save_strategy(run.plan.strategy, out / run_dir.STRATEGY_FILE)
+  for line in describe_plan(run):
+    log(line)
+
+
+async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: float) -> Rounds:
+  """Rounds from the run's current round to `config.rounds` (see the module docstring)."""
+  c = run.config
+  records: list[loop.RoundRecord] = []
+  accuracy = initial_accuracy  # The last evaluation's, for the progress line.
+  last_saved = run.server.round
+  stopped_by_budget = False
+  for r in range(run.server.round, c.rounds):
+    ids = _draw_within_budget(run, r, program.budget)
+    if ids is None:
+      stopped_by_budget = True
+      break
+    try:
+      record = loop.train_round(run, run.data_iterator.last_cohort)
+    except loop.TrainingDiverged as e:
+      if not program.checkpoints.resumable:
+        raise
+      # Nothing of round r is saved or released: the last checkpoint and release stay finite.
+      raise loop.TrainingDiverged(
+        f"{e}; the last checkpoint ({last_saved} rounds done) and its release are kept"
+      ) from None
+    program.journal.check_and_record(r, record.noisy_mean)
+    done = r + 1
+    if loop.is_eval_round(c, r):
+      accuracy = loop.evaluate(run, record)["accuracy"]
+    checkpoint = done % c.checkpoint_every == 0 or done == c.rounds
+    if checkpoint:
+      await program.checkpoints.save(run, done)
+      last_saved = done
+    program.participation_log.write_round(r, ids)
+    for manager in program.metrics_managers:
+      await manager.release(metrics_value(record), r)
+    if checkpoint and done < c.rounds:
+      await program.model_manager.release(run.server.weights, done)
+    records.append(record)
+    program.progress.update(r, _progress_fields(run, records, accuracy))
+  if stopped_by_budget or run.server.round < c.rounds:
+    # The state of the last completed round, so a rerun does not redo released rounds.
+    with contextlib.suppress(Exception):
+      await program.checkpoints.save(run, run.server.round)
+  await program.model_manager.release(run.server.weights, "final")
+  return Rounds(records, stopped_by_budget)
+
+
+def _draw_within_budget(run: loop.TrainingRun, r: int, budget: Optional[float]):
+  """Round r's client ids from the run's data source, or None when releasing round r would take
+  ε past the budget: the iterator is then put back as if the round had not been drawn."""
+  from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
+
+  iterator = run.data_iterator
+  before = iterator.to_bytes() if budget is not None else None
+  ids = iterator.select()
+  if budget is None:
+    return ids
+  eps_next = run.meter.epsilon_if(r, iterator.last_cohort.clients)
+  if eps_next <= budget:
+    return ids
+  restored = ParticipationIterator.from_bytes(before)
+  restored.client_id = iterator.client_id
+  run.data_iterator = restored
+  logger.info(
+    "stopping before round %d: epsilon would reach %s > budget %g",
+    r,
+    loop.format_epsilon(eps_next),
+    budget,
+  )
+  return None
+
+
+def _progress_fields(run: loop.TrainingRun, records: list, accuracy: float) -> dict[str, str]:
+  record = records[-1]
+  fields = {
+    "loss": f"{record.loss:.3f}",
+    "accuracy": f"{accuracy:.4f}",
+    "epsilon": loop.format_epsilon(run.meter.epsilon(record.round + 1)),
+  }
+  zeroed = sum(x.zeroed for x in records)
+  if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
+    fields["zeroed"] = str(zeroed)
+  return fields
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan, in JSON and in words.
+
+
+def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
+  c = run.config
+  out = run.plan.to_dict()
+  out["participation"] = run.participation.describe()
+  if c.reference_clients_per_round is not None:
+    out["cheap_simulation"] = (
+      f"trained on {c.clients_per_round} clients per round with σ scaled by "
+      f"{c.clients_per_round}/{c.reference_clients_per_round}, so the noise on the mean matches "
+      f"a {c.reference_clients_per_round}-client cohort (BandMF App. I); privacy is that of the "
+      f"{c.reference_clients_per_round}-client run"
+    )
+  return out
+
+
+def describe_plan(run: loop.TrainingRun) -> list[str]:
+  p = run.plan
+  lines = [
+    f"strategy: {p.strategy.describe()}"
+    if p.noise_multiplier
+    else "strategy: none (no noise is added without DP)",
+    f"participation: {run.participation.describe()}; declared {p.schema.describe()}",
+    f"noise multiplier: {p.noise_multiplier:.6g}"
+    + (
+      f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
+      f"{run.config.reference_clients_per_round} clients per round)"
+      if run.config.reference_clients_per_round and p.noise_multiplier
+      else ""
+    ),
+    f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
+    f"({p.accounting})"
+    if p.noise_multiplier
+    else "planned privacy: none (noise multiplier 0 trains without DP: no privacy guarantee)",
+  ]
+  return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# After the rounds: the audit and summary.json.
+
+
+def finish(
+  run: loop.TrainingRun,
+  out: Path,
+  records: list[loop.RoundRecord],
+  initial: dict[str, float],
+  seconds: float,
+  *,
+  report: bool,
+  log=print,
+  extra: Optional[dict[str, Any]] = None,
+) -> dict[str, Any]:
+  """Audits the run's participation log and writes audit.json, the report and summary.json."""
+  result, audit_dict = _audit(run, out, len(records), initial, report)
+  c = run.config
+  p = run.plan
+  # The final accuracy is the final model's: the last round's evaluation, or, when the last round
+  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now.
+  final_accuracy = final_loss = None
+  if records and records[-1].accuracy is not None:
+    final_accuracy, final_loss = records[-1].accuracy, records[-1].test_loss
+  elif records:
+    final = run.task.evaluate(run.server.weights)
+    final_accuracy, final_loss = final["accuracy"], final["loss"]
+  counts = result.violation_counts()
+  summary = {
+    "rounds": c.rounds,
+    "rounds_completed": len(records),
+    "task": c.task,
+    "model": c.model,
+    "strategy": p.strategy.describe(),
+    "participation": run.participation.describe(),
+    "clients_per_round": c.clients_per_round,
+    "num_clients": run.task.num_clients,
+    "noise_multiplier": p.noise_multiplier,
+    "training_noise_multiplier": p.training_noise_multiplier,
+    "planned_epsilon": p.epsilon,
+    "delta": c.delta,
+    "accounting": p.accounting,
+    "initial_test_accuracy": initial["accuracy"],
+    "final_test_accuracy": final_accuracy,
+    "final_test_loss": final_loss,
+    "accuracy_note": run.task.accuracy_note,
+    "refused_checkins": int(sum(r.refused_checkins for r in records)),
+    "early_checkins_admitted": int(sum(r.early_admitted for r in records)),
+    "clipped_updates": int(sum(r.clipped for r in records)),
+    "zeroed_updates": int(sum(r.zeroed for r in records)),
+    "violations": int(sum(counts.values())),
+    "violation_counts": counts,
+    "median_round_seconds": _median([r.round_seconds for r in records]),
+    "seconds": seconds,
+    "audit": _audit_summary(result, audit_dict, c.delta),
+    **(extra or {}),
+  }
+  if c.reference_clients_per_round is not None:
+    summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
+  outputs.write_json(out / "summary.json", summary)
+  return summary
+
+
+def _audit(run: loop.TrainingRun, out: Path, rounds_completed: int, initial, report: bool):
+  """The audit of OUT/participation.csv (and the report); returns (result, its dict)."""
+  from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
+
+  p = run.plan
+  declared = p.schema.with_rounds(max(rounds_completed, 1))
+  sampling = declared_sampling(run)
+  # σ as accounted; 0 (no DP) is audited for its participation and states no guarantee.
+  result = audit.audit_log(
+    out / "participation.csv",
+    p.strategy,
+    p.noise_multiplier,
+    run.config.delta,
+    rounds=max(rounds_completed, 1),
+    min_sep=declared.min_sep,
+    max_participations=declared.max_participations,
+    progress=False,
+    curve="every-round" if report else False,  # the meter's ε, round by round
+    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
+    sampling=sampling,
+  )
+  audit_dict = result.to_dict()
+  if report:
+    from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
+
+    strategy_file = out / run_dir.STRATEGY_FILE
+    report_lib.write_report(
+      result,
+      out,
+      strategy_path=str(strategy_file) if strategy_file.is_file() else None,
+      # summary.json, which holds the initial accuracy, comes next.
+      metrics=run_dir.read_metrics(out, initial_accuracy=initial["accuracy"]),
+    )
+  else:
+    outputs.write_json(out / "audit.json", audit_dict)
+  return result, audit_dict
+
+
+def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str, Any]:
+  return {
+    "observed_min_sep": audit_dict.get("observed_min_sep"),
+    "observed_max_participations": audit_dict.get("observed_max_participations"),
+    "sensitivity": audit_dict.get("sensitivity"),
+    "sensitivity_method": audit_dict.get("sensitivity_method"),
+    "rho": audit_dict.get("rho"),
+    "epsilon": audit_dict.get("epsilon"),
+    "delta": delta,
+    "privacy_guarantee": audit_dict.get("privacy_guarantee"),
+    "statement": audit_dict.get("statement"),
+    **(
+      {
+        "epsilon_amplified": audit_dict["epsilon_amplified"],
+        "unamplified_epsilon": audit_dict["unamplified_epsilon"],
+        "partition_violations": result.partition_violations,
+      }
+      if "epsilon_amplified" in audit_dict
+      else {}
+    ),
+  }
+
+
+def declared_sampling(run: loop.TrainingRun):
+  """The run's cyclic Poisson sampling as its audit checks it (`fedmf audit OUT` reads the same
+  from config.json and summary.json: `run_dir.declared_sampling`), or None."""
+  from fedmf.privacy import partition_audit  # pylint: disable=g-import-not-at-top
+
+  amp = run.participation.amplification()
+  if amp is None:
+    return None
+  return partition_audit.DeclaredSampling(
+    amp.groups, run.task.num_clients, amp.sampling_probability
+  )
+
+
+def _median(values: list[float]) -> Optional[float]:
+  if not values:
+    return None
+  values = sorted(values)
+  mid = len(values) // 2
+  return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
