@@ -61,10 +61,60 @@ def machine_stat() -> dict:
   }
 
 
+class _TffNative:
+  """TFF's own local C++ context: its worker_binary listens on a TCP port, no fedmf bridge.
+
+  For comparison only (it exposes the worker on every interface while it runs).
+  """
+
+  def __init__(self):
+    import tensorflow_federated as tff
+
+    self.context = tff.backends.native.create_sync_local_cpp_execution_context()
+    before = set(children(os.getpid()))
+    with tff.framework.get_context_stack().install(self.context):
+      tff.tensorflow.computation(lambda: 1)()  # Starts the worker.
+    self.worker = (set(children(os.getpid())) - before).pop()
+
+  def close(self):
+    os.kill(self.worker, 9)
+
+
+class _Asleep:
+  """Seconds in which neither the worker nor this process used CPU (both waiting), sampled."""
+
+  def __init__(self, worker: int, period: float = 0.25):
+    import threading
+
+    self.worker, self.period, self.seconds = worker, period, 0.0
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+    self._thread.start()
+
+  def _cpu(self) -> float:
+    t = os.times()
+    return t.user + t.system + proc_stat(self.worker)["cpu"]
+
+  def _run(self) -> None:
+    last = self._cpu()
+    while not self._stop.wait(self.period):
+      now = self._cpu()
+      if now - last < 0.02 * self.period:
+        self.seconds += self.period
+      last = now
+
+  def stop(self) -> float:
+    self._stop.set()
+    self._thread.join()
+    return self.seconds
+
+
 def _arm_env(spec: str) -> dict:
   """`KEY=VALUE,KEY=VALUE` (or `default`) -> the worker's extra environment."""
   if spec in ("", "default"):
     return {}
+  if spec == "tff-native":
+    return {"tff-native": "1"}
   return dict(item.partition("=")[::2] for item in spec.split(","))
 
 
@@ -77,6 +127,8 @@ def _start_arm(env: dict):
 
   env = dict(env)
   calls = int(env.pop("calls", -1))
+  if env.pop("tff-native", None) is not None:
+    return _TffNative()
   saved = {k: os.environ.get(k) for k in env}
   os.environ.update(env)
   try:
@@ -134,8 +186,9 @@ def main(argv=None) -> int:
     f"call; arms: {arms}; load {os.getloadavg()}",
     flush=True,
   )
-  contexts = [_start_arm(_arm_env(a)) for a in arms]
-  workers = [children(c.worker_pid)[0] for c in contexts]
+  started = [_start_arm(_arm_env(a)) for a in arms]
+  contexts = [getattr(c, "context", c) for c in started]
+  workers = [c.worker if isinstance(c, _TffNative) else children(c.worker_pid)[0] for c in started]
   comp, _ = build_client_round(
     task.functional_model(), client_learning_rate=args.learning_rate, clip_norm=1.0
   )
@@ -147,9 +200,11 @@ def main(argv=None) -> int:
       for arm, ctx, worker in zip(arms, contexts, workers):
         with tff.framework.get_context_stack().install(ctx):
           w0, m0, c0, t0 = proc_stat(worker), machine_stat(), os.times(), time.perf_counter()
+          asleep = _Asleep(worker)
           result = runner.run(weights, datasets)
           wall = time.perf_counter() - t0
           w1, m1, c1 = proc_stat(worker), machine_stat(), os.times()
+          asleep = asleep.stop()
         sums.setdefault(arm, [float(np.sum(np.abs(s))) for s in result.clipped_sum][:2])
         row = {
           "wall": wall,
@@ -160,19 +215,20 @@ def main(argv=None) -> int:
           "steal": m1["steal"] - m0["steal"],
           "minflt": w1["minflt"] - w0["minflt"],
           "threads": w1["threads"],
+          "asleep": asleep,
         }
         row["others"] = row["busy"] - row["worker"] - row["coord"]
         print(
           f"round {r:2d} [{arm}]: wall {wall:6.2f} s  worker cpu {row['worker']:6.2f}  coord "
           f"{row['coord']:5.2f}  others {row['others']:6.2f}  idle {row['idle']:5.2f} steal "
-          f"{row['steal']:4.2f}  minflt {row['minflt']:7d} threads {row['threads']}  loss "
+          f"{row['steal']:4.2f}  both asleep {asleep:5.2f} s  minflt {row['minflt']:7d} threads {row['threads']}  loss "
           f"{result.loss:.4f}  load {os.getloadavg()[0]:.2f}",
           flush=True,
         )
         if r:  # Round 0 traces and compiles.
           rows[arm].append(row)
   finally:
-    for ctx in contexts:
+    for ctx in started:
       ctx.close()
   base_wall = base_cpu = None
   for arm in arms:
@@ -185,7 +241,8 @@ def main(argv=None) -> int:
       f"{min(wall):.2f} max {max(wall):.2f} spread {max(wall) / min(wall):.2f}; worker cpu "
       f"median {mc:.2f} (x{mc / base_cpu:.3f}) spread {max(cpu) / min(cpu):.2f}; cores used "
       f"median {statistics.median(c / w for c, w in zip(cpu, wall)):.2f}; others' cpu / wall "
-      f"median {statistics.median(r['others'] / r['wall'] for r in rows[arm]):.2f}",
+      f"median {statistics.median(r['others'] / r['wall'] for r in rows[arm]):.2f}; both asleep "
+      f"{sum(r['asleep'] for r in rows[arm]):.1f} s of {sum(wall):.1f} s",
       flush=True,
     )
   return 0
