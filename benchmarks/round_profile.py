@@ -10,10 +10,13 @@ and its thread count. At the end: the spread (max/min) of wall and of worker CPU
   .venv/bin/python benchmarks/round_profile.py [--model lstm-paper] [--clients 10] [--rounds 20]
       [--per-call 20] [--sentences 256] [--arm default --arm KEY=VALUE[,KEY=VALUE] ...]
 
-Each --arm is a worker environment; arms get a worker each and alternate round by round, so they
-see the same machine load. "others" is the CPU time of every other process on the machine during
-the round (/proc/stat busy minus worker and coordinator): on a shared machine it explains wall time
-that the worker's CPU time does not.
+Each --arm is a worker environment (`calls=N` sets --max_concurrent_computation_calls instead), or
+`tff-native`: TFF's own local context (its worker on a TCP port of every interface, without fedmf's
+namespace bridge; for comparison only). Arms get a worker each and alternate round by round, so
+they see the same machine load. "others" is the CPU time of every other process on the machine
+during the round (/proc/stat busy minus worker and coordinator): on a shared machine it explains
+wall time that the worker's CPU time does not. "both asleep" counts the seconds (sampled every
+0.25 s) in which neither the worker nor this process used CPU: waiting, not computing.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -194,7 +196,6 @@ def main(argv=None) -> int:
   )
   runner = RoundRunner(comp, [w.shape for w in weights], clients_per_call=args.per_call)
   rows = {a: [] for a in arms}
-  sums = {}
   try:
     for r in range(args.rounds + 1):
       for arm, ctx, worker in zip(arms, contexts, workers):
@@ -205,7 +206,6 @@ def main(argv=None) -> int:
           wall = time.perf_counter() - t0
           w1, m1, c1 = proc_stat(worker), machine_stat(), os.times()
           asleep = asleep.stop()
-        sums.setdefault(arm, [float(np.sum(np.abs(s))) for s in result.clipped_sum][:2])
         row = {
           "wall": wall,
           "worker": w1["cpu"] - w0["cpu"],
