@@ -15,7 +15,9 @@ Two measurements, both on synthetic next-word data shaped like the papers' Stack
              loop without DP (client SGD, server SGD momentum 0.95, both --learning-rate) on the same model
              (the same FunctionalModel and dataset-iterator client loop as fedmf's),
              the same clients (--clients, default 10) and the same data, arms alternating round by
-             round in one process, medians of --rounds timed rounds after a warm-up round.
+             round in one process, medians of --rounds timed rounds after a warm-up round; next
+             to the wall time, the CPU seconds of the round (worker_binary + this process), which
+             other processes on a shared machine hardly change.
 
   .venv/bin/python benchmarks/simulation_benchmark.py [--mode so-round,vs-fedavg] [--clients 100]
       [--vs-clients 10] [--rounds 3] [--mechanisms dpsgd,blt,tree,bandmf] [--tiny]
@@ -144,7 +146,7 @@ def so_round(args, task) -> None:
     )
 
 
-def vs_fedavg(args, task) -> None:
+def vs_fedavg(args, task, worker_pid=None) -> None:
   import tensorflow_federated as tff
 
   from fedmf.program import loop
@@ -173,7 +175,8 @@ def vs_fedavg(args, task) -> None:
         "noise_multiplier=1.0",
         "noise_seed=1",
         f"participation.min_sep={args.bands}",
-        f"bands={args.bands}",
+        # The config refuses keys that have no effect (bands for any mechanism but BandMF).
+        *([f"bands={args.bands}"] if mechanism == "bandmf" else []),
         "model=" + args.model,
         f"vocab_size={args.vocab}",
         f"client_learning_rate={args.learning_rate}",
@@ -186,29 +189,74 @@ def vs_fedavg(args, task) -> None:
   from fedmf.participation import Cohort
 
   times = {name: [] for name in ["tff-fedavg", *runs]}
+  cpus = {name: [] for name in times}
+  # CPU seconds of the round (the worker_binary's and this process's): on a shared machine other
+  # processes stretch the wall time of some rounds by up to 2-4x (docs/benchmarks.md §4), but
+  # hardly the CPU time, so the CPU ratios separate a mechanism's cost from the machine's load.
+  cpu = _RoundCpu(worker_pid)
   for r in range(args.rounds + 1):
+    cpu.start()
     start = time.perf_counter()
     fed_state = fedavg.next(fed_state, datasets).state
     if r:
       times["tff-fedavg"].append(time.perf_counter() - start)
+      cpus["tff-fedavg"].append(cpu.seconds())
     for name, run in runs.items():
       cohort = Cohort(round=r, clients=np.array(clients))
+      cpu.start()
       record = loop.train_round(run, cohort)
       if r:
         times[name].append(record.round_seconds)
+        cpus[name].append(cpu.seconds())
     print(
       f"  round {r}: "
-      + "  ".join(f"{k} {v[-1]:.2f}" for k, v in times.items() if v and r)
+      + "  ".join(
+        f"{k} {v[-1]:.2f} s ({cpus[k][-1]:.2f} CPU-s)" for k, v in times.items() if v and r
+      )
       + f"  load {os.getloadavg()[0]:.2f}",
       flush=True,
     )
   base = statistics.median(times["tff-fedavg"])
+  base_cpu = statistics.median(cpus["tff-fedavg"])
   print(f"vs-fedavg: {args.vs_clients} clients, {args.model}, median of {args.rounds} rounds")
-  print("| arm | median s | × plain TFF FedAvg (no DP) |")
-  print("|---|---|---|")
+  print(
+    "| arm | median s | × plain TFF FedAvg (no DP) | spread (max/min) | median CPU-s | × (CPU) "
+    "| CPU spread |"
+  )
+  print("|---|---|---|---|---|---|---|")
   for name, values in times.items():
-    med = statistics.median(values)
-    print(f"| {name} | {med:.2f} | {med / base:.3f} |")
+    med, med_cpu = statistics.median(values), statistics.median(cpus[name])
+    print(
+      f"| {name} | {med:.2f} | {med / base:.3f} | {max(values) / min(values):.2f} | "
+      f"{med_cpu:.2f} | {med_cpu / base_cpu:.3f} | {max(cpus[name]) / min(cpus[name]):.2f} |"
+    )
+
+
+class _RoundCpu:
+  """User + system CPU seconds of this process and of the worker_binary since `start()`."""
+
+  def __init__(self, bridge_pid: int | None):
+    self.worker = None
+    if bridge_pid is not None:  # The worker_binary is the child of fedmf's namespace bridge.
+      for tid in os.listdir(f"/proc/{bridge_pid}/task"):
+        with open(f"/proc/{bridge_pid}/task/{tid}/children") as f:
+          self.worker = next((int(p) for p in f.read().split()), self.worker)
+    self._start = 0.0
+
+  def _now(self) -> float:
+    t = os.times()
+    total = t.user + t.system
+    if self.worker is not None:
+      with open(f"/proc/{self.worker}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+      total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+  def start(self) -> None:
+    self._start = self._now()
+
+  def seconds(self) -> float:
+    return self._now() - self._start
 
 
 def main(argv=None) -> int:
@@ -238,11 +286,11 @@ def main(argv=None) -> int:
   from fedmf.tff.context import local_execution_context
 
   task = _task(args)
-  with local_execution_context():
+  with local_execution_context() as ctx:
     if "so-round" in args.mode:
       so_round(args, task)
     if "vs-fedavg" in args.mode:
-      vs_fedavg(args, task)
+      vs_fedavg(args, task, ctx.worker_pid)
   return 0
 
 
