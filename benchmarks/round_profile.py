@@ -72,6 +72,12 @@ class _TffNative:
   def __init__(self):
     import tensorflow_federated as tff
 
+    print(
+      "round_profile: warning: arm tff-native starts TFF's own worker_binary, which listens on a "
+      "TCP port of every interface without authentication while it runs (run it on a machine "
+      "nobody else can reach)",
+      file=sys.stderr,
+    )
     self.context = tff.backends.native.create_sync_local_cpp_execution_context()
     before = set(children(os.getpid()))
     with tff.framework.get_context_stack().install(self.context):
