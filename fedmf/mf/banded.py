@@ -39,6 +39,7 @@ class BandMF(strategy_lib.Strategy):
   theta: np.ndarray
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = "bandmf"
+  optimizer_options: ClassVar[tuple[str, ...]] = ("bands",)
   conditioning_field: ClassVar[str] = "strategy field 'columns'"
 
   @property

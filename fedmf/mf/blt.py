@@ -46,6 +46,7 @@ class Blt(strategy_lib.Strategy):
   output_scale: np.ndarray
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = 'blt'
+  optimizer_options: ClassVar[tuple[str, ...]] = ("buffers",)
   conditioning_field: ClassVar[str] = "strategy fields 'buf_decay' and 'output_scale'"
 
   @property

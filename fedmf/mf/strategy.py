@@ -435,6 +435,9 @@ class Strategy(abc.ABC):
 
   # Whether `optimize` runs an iterative optimizer that reports progress (False: closed form).
   optimizer_reports_progress: ClassVar[bool] = True
+  # The `OptimizeOptions` fields its optimizer reads beyond objective, max_iter, seed and progress
+  # (a config key for any other mechanism has no effect, and is refused).
+  optimizer_options: ClassVar[tuple[str, ...]] = ()
 
   @classmethod
   def optimizer_iterations(cls, options: "OptimizeOptions") -> Optional[int]:

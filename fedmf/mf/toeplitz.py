@@ -141,6 +141,7 @@ class BandToeplitz(strategy_lib.Strategy):
   column_normalized: bool = False
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = 'band-toeplitz'
+  optimizer_options: ClassVar[tuple[str, ...]] = ("bands", "column_normalize")
   conditioning_field: ClassVar[str] = "strategy field 'coefficients'"
 
   @property

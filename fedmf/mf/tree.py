@@ -379,6 +379,7 @@ class Tree(strategy_lib.Strategy):
   variant: str = 'online-honaker'
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = 'tree'
+  optimizer_options: ClassVar[tuple[str, ...]] = ("tree_variant",)
   optimizer_reports_progress: ClassVar[bool] = False  # closed form
 
   @classmethod

@@ -288,10 +288,16 @@ class TrainingConfig:
         if getattr(p, key) != getattr(default, key):
           ignored.append((f"participation.{key}", f"participation.model is {p.model}, not timer"))
     if self.strategy is None:
-      if self.bands is not None and self.mechanism != "bandmf":
-        ignored.append(("bands", f"mechanism is {self.mechanism}, not bandmf"))
-      if self.buffers is not None and self.mechanism != "blt":
-        ignored.append(("buffers", f"mechanism is {self.mechanism}, not blt"))
+      # Which optimizer reads which option is the strategy's own answer (no mechanism names here).
+      from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
+
+      for key in ("bands", "buffers"):
+        if getattr(self, key) is not None:
+          if key not in strategies.mechanism_class(self.mechanism).optimizer_options:
+            takers = [
+              m for m in MECHANISMS if key in strategies.mechanism_class(m).optimizer_options
+            ]
+            ignored.append((key, f"mechanism is {self.mechanism}, not {' or '.join(takers)}"))
     else:
       for key in ("bands", "buffers"):
         if getattr(self, key) is not None:
