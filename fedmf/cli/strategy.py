@@ -251,8 +251,13 @@ def run_optimize(args: argparse.Namespace) -> int:
   common.check_output_file(args.out, "--out", force=args.force)
   given = [f"--{f.replace('_', '-')}" for f in _AUTO_FLAGS if getattr(args, f) is not None]
   if args.bands == "auto":
-    if args.mechanism != "bandmf":
-      raise FedmfUserError("--bands auto needs --mechanism bandmf")
+    if not strategies.mechanism_class(args.mechanism).bands_chosen_under_amplification:
+      takers = [
+        m
+        for m in strategies.MECHANISMS
+        if strategies.mechanism_class(m).bands_chosen_under_amplification
+      ]
+      raise FedmfUserError(f"--bands auto needs --mechanism {' or '.join(takers)}")
     missing = [f"--{f.replace('_', '-')}" for f in _AUTO_FLAGS if getattr(args, f) is None]
     if missing:
       raise FedmfUserError(f"--bands auto needs {', '.join(missing)}")

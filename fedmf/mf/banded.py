@@ -40,6 +40,7 @@ class BandMF(strategy_lib.Strategy):
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   mechanism: ClassVar[str] = "bandmf"
   optimizer_options: ClassVar[tuple[str, ...]] = ("bands",)
+  bands_chosen_under_amplification: ClassVar[bool] = True
   conditioning_field: ClassVar[str] = "strategy field 'columns'"
 
   @property

@@ -438,6 +438,9 @@ class Strategy(abc.ABC):
   # The `OptimizeOptions` fields its optimizer reads beyond objective, max_iter, seed and progress
   # (a config key for any other mechanism has no effect, and is refused).
   optimizer_options: ClassVar[tuple[str, ...]] = ()
+  # Whether its bands can be chosen under cyclic Poisson amplification (`--bands auto`,
+  # fedmf.privacy.band_choice: BandMF §5 Thm 4).
+  bands_chosen_under_amplification: ClassVar[bool] = False
 
   @classmethod
   def optimizer_iterations(cls, options: "OptimizeOptions") -> Optional[int]:
