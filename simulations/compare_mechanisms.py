@@ -130,12 +130,12 @@ def main(argv=None) -> int:
     base, [*args.overrides, f"target_epsilon={args.epsilon}", "noise_multiplier=null"]
   )
   lines = [
-    f"Final test accuracy at ε = {args.epsilon:g}, δ = {config.delta:g} "
-    f"({config.task}, {config.model}, {config.rounds} rounds of {config.clients_per_round} "
+    f"Final test accuracy at ε = {args.epsilon:g}, δ = {config.privacy.delta:g} "
+    f"({config.task.name}, {config.task.model}, {config.program.rounds} rounds of {config.program.clients_per_round} "
     f"clients"
     + (
-      f" with the noise of {config.reference_clients_per_round}"
-      if config.reference_clients_per_round
+      f" with the noise of {config.privacy.reference_clients_per_round}"
+      if config.privacy.reference_clients_per_round
       else ""
     )
     + f", participation {config.participation.model}), mean ± std over seeds "

@@ -117,13 +117,13 @@ def start(run: loop.TrainingRun, out: Path, run_id: str, *, write_config: bool =
 
 
 async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: float) -> Rounds:
-  """Rounds from the run's current round to `config.rounds` (see the module docstring)."""
+  """Rounds from the run's current round to `config.program.rounds` (see the module docstring)."""
   c = run.config
   records: list[loop.RoundRecord] = []
   accuracy = initial_accuracy  # The last evaluation's, for the progress line.
   last_saved = run.server.round
   stopped_by_budget = False
-  for r in range(run.server.round, c.rounds):
+  for r in range(run.server.round, c.program.rounds):
     ids = _draw_within_budget(run, r, program.budget)
     if ids is None:
       stopped_by_budget = True
@@ -141,18 +141,18 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
     done = r + 1
     if loop.is_eval_round(c, r):
       accuracy = loop.evaluate(run, record)["accuracy"]
-    checkpoint = done % c.checkpoint_every == 0 or done == c.rounds
+    checkpoint = done % c.program.checkpoint_every == 0 or done == c.program.rounds
     if checkpoint:
       await program.checkpoints.save(run, done)
       last_saved = done
     program.participation_log.write_round(r, ids)
     for manager in program.metrics_managers:
       await manager.release(metrics_value(record), r)
-    if checkpoint and done < c.rounds:
+    if checkpoint and done < c.program.rounds:
       await program.model_manager.release(run.server.weights, done)
     records.append(record)
     program.progress.update(r, _progress_fields(run, records, accuracy))
-  if stopped_by_budget or run.server.round < c.rounds:
+  if stopped_by_budget or run.server.round < c.program.rounds:
     # The state of the last completed round, so a rerun does not redo released rounds.
     with contextlib.suppress(Exception):
       await program.checkpoints.save(run, run.server.round)
@@ -206,12 +206,12 @@ def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
   c = run.config
   out = run.plan.to_dict()
   out["participation"] = run.participation.describe()
-  if c.reference_clients_per_round is not None:
+  if c.privacy.reference_clients_per_round is not None:
     out["cheap_simulation"] = (
-      f"trained on {c.clients_per_round} clients per round with σ scaled by "
-      f"{c.clients_per_round}/{c.reference_clients_per_round}, so the noise on the mean matches "
-      f"a {c.reference_clients_per_round}-client cohort (BandMF App. I); privacy is that of the "
-      f"{c.reference_clients_per_round}-client run"
+      f"trained on {c.program.clients_per_round} clients per round with σ scaled by "
+      f"{c.program.clients_per_round}/{c.privacy.reference_clients_per_round}, so the noise on the mean matches "
+      f"a {c.privacy.reference_clients_per_round}-client cohort (BandMF App. I); privacy is that of the "
+      f"{c.privacy.reference_clients_per_round}-client run"
     )
   return out
 
@@ -226,8 +226,8 @@ def describe_plan(run: loop.TrainingRun) -> list[str]:
     f"noise multiplier: {p.noise_multiplier:.6g}"
     + (
       f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
-      f"{run.config.reference_clients_per_round} clients per round)"
-      if run.config.reference_clients_per_round and p.noise_multiplier
+      f"{run.config.privacy.reference_clients_per_round} clients per round)"
+      if run.config.privacy.reference_clients_per_round and p.noise_multiplier
       else ""
     ),
     f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
@@ -267,18 +267,18 @@ def finish(
     final_accuracy, final_loss = final["accuracy"], final["loss"]
   counts = result.violation_counts()
   summary = {
-    "rounds": c.rounds,
+    "rounds": c.program.rounds,
     "rounds_completed": len(records),
-    "task": c.task,
-    "model": c.model,
+    "task": c.task.name,
+    "model": c.task.model,
     "strategy": p.strategy.describe(),
     "participation": run.participation.describe(),
-    "clients_per_round": c.clients_per_round,
+    "clients_per_round": c.program.clients_per_round,
     "num_clients": run.task.num_clients,
     "noise_multiplier": p.noise_multiplier,
     "training_noise_multiplier": p.training_noise_multiplier,
     "planned_epsilon": p.epsilon,
-    "delta": c.delta,
+    "delta": c.privacy.delta,
     "accounting": p.accounting,
     "initial_test_accuracy": initial["accuracy"],
     "final_test_accuracy": final_accuracy,
@@ -292,10 +292,10 @@ def finish(
     "violation_counts": counts,
     "median_round_seconds": _median([r.round_seconds for r in records]),
     "seconds": seconds,
-    "audit": _audit_summary(result, audit_dict, c.delta),
+    "audit": _audit_summary(result, audit_dict, c.privacy.delta),
     **(extra or {}),
   }
-  if c.reference_clients_per_round is not None:
+  if c.privacy.reference_clients_per_round is not None:
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary
@@ -313,7 +313,7 @@ def _audit(run: loop.TrainingRun, out: Path, rounds_completed: int, initial, rep
     out / "participation.csv",
     p.strategy,
     p.noise_multiplier,
-    run.config.delta,
+    run.config.privacy.delta,
     rounds=max(rounds_completed, 1),
     min_sep=declared.min_sep,
     max_participations=declared.max_participations,

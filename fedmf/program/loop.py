@@ -105,7 +105,7 @@ class TrainingRun:
   @property
   def noise_scale(self) -> float:
     """ζ·σ on the sum (σ as used in training)."""
-    return self.config.clip_norm * self.plan.training_noise_multiplier
+    return self.config.recipe.clip_norm * self.plan.training_noise_multiplier
 
 
 class TrainingDiverged(FedmfUserError):
@@ -135,8 +135,8 @@ def poisson_groups(config: TrainingConfig) -> Optional[int]:
   """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1."""
   if config.participation.model != "cyclic_poisson" or config.participation.min_sep is not None:
     return None
-  if config.strategy is None:  # (a strategy file has no default: it was made for some b)
-    mechanism = strategies.mechanism_class(config.mechanism)
+  if config.privacy.strategy is None:  # (a strategy file has no default: it was made for some b)
+    mechanism = strategies.mechanism_class(config.privacy.mechanism)
     groups = mechanism.default_poisson_groups(plan_lib.optimize_options(config))
     if groups is not None:
       return groups
@@ -159,9 +159,10 @@ def model_state_cost(config: TrainingConfig) -> resources.Cost:
   (issue 26, A.5); the noise stream's buffers are estimated once the strategy is known."""
   from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
 
-  params = models.count_params(config.model, config.vocab_size)
+  params = models.count_params(config.task.model, config.task.vocab_size)
   per_call = min(
-    config.clients_per_round, CLIENTS_PER_CALL.get(config.model, config.clients_per_round)
+    config.program.clients_per_round,
+    CLIENTS_PER_CALL.get(config.task.model, config.program.clients_per_round),
   )
   copies = HOST_MODEL_COPIES + CLIENT_MODEL_COPIES * per_call
   return resources.Cost.of(
@@ -197,26 +198,27 @@ def build_run(
 
   if task is None:
     resources.check(
-      model_state_cost(config), f"training {config.model} at vocab_size {config.vocab_size}"
+      model_state_cost(config),
+      f"training {config.task.model} at vocab_size {config.task.vocab_size}",
     )
   if task is None:
     task = tasks.build_task(
       tasks.TaskSpec(
-        task=config.task,
-        num_clients=config.num_clients,
-        vocab_size=config.vocab_size,
-        preset=config.model,
-        sequence_length=config.sequence_length,
-        batch_size=config.batch_size,
-        max_sentences=config.max_sentences_per_client,
-        test_sentences=config.test_sentences,
-        seed=config.seed,
-        data_dir=config.data_dir,
+        task=config.task.name,
+        num_clients=config.task.num_clients,
+        vocab_size=config.task.vocab_size,
+        preset=config.task.model,
+        sequence_length=config.task.sequence_length,
+        batch_size=config.task.batch_size,
+        max_sentences=config.task.max_sentences_per_client,
+        test_sentences=config.task.test_sentences,
+        seed=config.program.seed,
+        data_dir=config.task.data_dir,
       )
     )
-  if config.clients_per_round > task.num_clients:
+  if config.program.clients_per_round > task.num_clients:
     raise ConfigError(
-      f"clients_per_round ({config.clients_per_round}) exceeds the task's "
+      f"clients_per_round ({config.program.clients_per_round}) exceeds the task's "
       f"{task.num_clients} training clients"
     )
   # Devices' timers, counts and the privacy meter: about 64 bytes per device.
@@ -227,34 +229,36 @@ def build_run(
   iterator = ParticipationIterator.create(
     config.participation,
     task.num_clients,
-    config.clients_per_round,
-    config.seed,
+    config.program.clients_per_round,
+    config.program.seed,
     poisson_groups(config),
     client_id=task.client_id,
   )
   model = iterator.model
-  schema = model.declared_schema(config.rounds)
+  schema = model.declared_schema(config.program.rounds)
   strategy = plan_lib.resolve_strategy(
     config, schema, plan_lib.cache_dir() if cache is None else cache
   )
   plan = plan_lib.make_plan(config, model, strategy, schema)
-  weights = task.initial_weights(config.seed)
+  weights = task.initial_weights(config.program.seed)
   shapes = [tuple(w.shape) for w in weights]
   # A task may give its model as a FunctionalModel (cheaper per client in the worker).
   functional = getattr(task, "functional_model", lambda: None)()
   learning_model = task.model_fn() if functional is None else functional
   client_round, _ = build_client_round(
     learning_model,
-    client_learning_rate=config.client_learning_rate,
-    clip_norm=config.clip_norm,
-    zeroing_linf=config.zeroing_linf,
+    client_learning_rate=config.recipe.client_learning_rate,
+    clip_norm=config.recipe.clip_norm,
+    zeroing_linf=config.recipe.zeroing_linf,
   )
   # The chunks fix the order of the float sums: the same whatever the platform (workers).
-  clients_per_call = config.clients_per_call or CLIENTS_PER_CALL.get(getattr(task, "preset", None))
+  clients_per_call = config.platform.clients_per_call or CLIENTS_PER_CALL.get(
+    getattr(task, "preset", None)
+  )
   runner = RoundRunner(client_round, shapes, clients_per_call)
-  stream = strategy.noise_stream(config.rounds)
+  stream = strategy.noise_stream(config.program.rounds)
   model_bytes = 4.0 * sum(int(np.prod(s)) for s in shapes)
-  buffers = stream.model_buffers(config.rounds)
+  buffers = stream.model_buffers(config.program.rounds)
   resources.check(
     resources.Cost.of(
       f"{buffers} model-sized noise buffers of {model_bytes / 2**20:.3g} MiB",
@@ -263,7 +267,9 @@ def build_run(
     f"the {strategy.describe()} noise stream",
   )
   if noise_seed is None:
-    noise_seed = config.noise_seed if config.noise_seed is not None else server_lib.draw_seed()
+    noise_seed = (
+      config.privacy.noise_seed if config.privacy.noise_seed is not None else server_lib.draw_seed()
+    )
   run = TrainingRun(
     config=config,
     task=task,
@@ -272,7 +278,7 @@ def build_run(
     runner=runner,
     noise=None,
     server=server_lib.initial_server_state(weights),
-    meter=PrivacyMeter(strategy, plan.noise_multiplier, config.delta, task.num_clients),
+    meter=PrivacyMeter(strategy, plan.noise_multiplier, config.privacy.delta, task.num_clients),
     shapes=shapes,
     noise_seed=noise_seed,
     noise_stream=stream if plan.training_noise_multiplier > 0 else None,
@@ -324,16 +330,21 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
   row_norm = run.noise.row_norm() if run.noise is not None else 0.0
   noise = run.noise.next() if run.noise is not None else None
   lr = server_lib.learning_rate(
-    r, c.rounds, c.server_learning_rate, c.warmup_fraction, c.cooldown_fraction, c.cooldown_factor
+    r,
+    c.program.rounds,
+    c.recipe.server_learning_rate,
+    c.recipe.warmup_fraction,
+    c.recipe.cooldown_fraction,
+    c.recipe.cooldown_factor,
   )
   mean = server_lib.server_update(
     run.server,
     result.clipped_sum,
     noise,
     run.noise_scale,
-    c.clients_per_round,
+    c.program.clients_per_round,
     lr,
-    c.server_momentum,
+    c.recipe.server_momentum,
   )
   check_finite(run, r, result)
   run.meter.record(r, cohort.clients)
@@ -343,7 +354,7 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     loss=result.loss,
     round_seconds=time.perf_counter() - start,
     learning_rate=lr,
-    noise_stddev=run.noise_scale * row_norm / c.clients_per_round,
+    noise_stddev=run.noise_scale * row_norm / c.program.clients_per_round,
     checked_in=cohort.checked_in,
     refused_checkins=cohort.refused,
     early_admitted=cohort.early_admitted,
@@ -364,7 +375,9 @@ def evaluate(run: TrainingRun, record: Optional[RoundRecord] = None) -> dict[str
 
 
 def is_eval_round(config: TrainingConfig, round_index: int) -> bool:
-  return (round_index + 1) % config.eval_every == 0 or round_index + 1 == config.rounds
+  return (
+    round_index + 1
+  ) % config.program.eval_every == 0 or round_index + 1 == config.program.rounds
 
 
 def format_epsilon(eps: Optional[float]) -> str:

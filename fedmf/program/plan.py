@@ -103,16 +103,18 @@ def check_optimized_for(
 
 def optimize_options(config) -> OptimizeOptions:
   """The options the config gives the mechanism's optimizer."""
-  return OptimizeOptions(bands=config.bands, buffers=config.buffers, seed=config.seed)
+  return OptimizeOptions(
+    bands=config.privacy.bands, buffers=config.privacy.buffers, seed=config.program.seed
+  )
 
 
 def resolve_strategy(config, schema: ParticipationSchema, cache: Optional[Path] = None) -> Strategy:
   """The run's strategy: the config's strategy file, or its mechanism optimized for `schema`."""
-  if config.strategy is not None:
-    strategy = strategies.load_strategy(config.strategy)
-    check_optimized_for(strategy, schema, config.strategy, config.force_strategy)
+  if config.privacy.strategy is not None:
+    strategy = strategies.load_strategy(config.privacy.strategy)
+    check_optimized_for(strategy, schema, config.privacy.strategy, config.privacy.force_strategy)
   else:
-    strategy = _optimize_cached(config.mechanism, schema, optimize_options(config), cache)
+    strategy = _optimize_cached(config.privacy.mechanism, schema, optimize_options(config), cache)
   strategy.check_horizon(schema.n)
   strategy.check_streamable()
   return strategy
@@ -155,37 +157,43 @@ def make_plan(
 
   factor = config.noise_scale_factor
   make_event, how = _amplified_event_builder(strategy, model, schema.n)
-  if config.noise_multiplier == 0:
+  if config.privacy.noise_multiplier == 0:
     return PrivacyPlan(
       strategy,
       schema,
       0.0,
       0.0,
       math.inf,
-      config.delta,
+      config.privacy.delta,
       "none: noise_multiplier 0 trains without DP",
     )
-  calibrate = config.noise_multiplier is None  # A given σ takes precedence over target_epsilon.
+  calibrate = (
+    config.privacy.noise_multiplier is None
+  )  # A given σ takes precedence over target_epsilon.
   if make_event is not None:
     if calibrate:
-      sigma = accounting.calibrate_event_noise(make_event, config.target_epsilon, config.delta)
+      sigma = accounting.calibrate_event_noise(
+        make_event, config.privacy.target_epsilon, config.privacy.delta
+      )
     else:
-      sigma = float(config.noise_multiplier)
-    eps = accounting.pld_epsilon(make_event(sigma), config.delta)
-    return PrivacyPlan(strategy, schema, sigma, sigma * factor, eps, config.delta, how)
+      sigma = float(config.privacy.noise_multiplier)
+    eps = accounting.pld_epsilon(make_event(sigma), config.privacy.delta)
+    return PrivacyPlan(strategy, schema, sigma, sigma * factor, eps, config.privacy.delta, how)
   if calibrate:
     result = accounting.calibrate_noise_multiplier(
-      strategy, schema, config.target_epsilon, config.delta
+      strategy, schema, config.privacy.target_epsilon, config.privacy.delta
     )
   else:
-    result = accounting.account(strategy, schema, config.noise_multiplier, config.delta)
+    result = accounting.account(
+      strategy, schema, config.privacy.noise_multiplier, config.privacy.delta
+    )
   return PrivacyPlan(
     strategy,
     schema,
     result.noise_multiplier,
     result.noise_multiplier * factor,
     result.epsilon,
-    config.delta,
+    config.privacy.delta,
     f"matrix mechanism under {schema.describe()}, PLD",
     result.sensitivity,
     result.sensitivity_method,

@@ -14,27 +14,28 @@ import contextlib
 import logging
 from typing import Iterator, Optional
 
-from fedmf.program.config import TrainingConfig
+from fedmf.program.config_sections import PlatformConfig
 
 logger = logging.getLogger("fedmf.platform")
 
 
 @contextlib.contextmanager
-def execution(config: TrainingConfig, log_dir: Optional[str] = None) -> Iterator[object]:
-  """Installs the run's TFF execution context; yields the `WorkerPool` (None for one local worker)."""
+def execution(platform: PlatformConfig, log_dir: Optional[str] = None) -> Iterator[object]:
+  """Installs the TFF execution context `platform` names; yields the `WorkerPool` (None for one
+  local worker)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from fedmf.tff import context as context_lib  # pylint: disable=g-import-not-at-top
   from fedmf.tff import workers as workers_lib  # pylint: disable=g-import-not-at-top
 
-  if config.workers == 0:
-    with context_lib.local_execution_context(isolation=config.worker_isolation):
+  if platform.workers == 0:
+    with context_lib.local_execution_context(isolation=platform.worker_isolation):
       yield None
     return
   pool = workers_lib.WorkerPool(
-    config.workers,
-    tls=config.worker_tls_files,
-    timeout_s=config.worker_timeout_s,
-    isolation=config.worker_isolation,
+    platform.workers,
+    tls=platform.tls_files,
+    timeout_s=platform.worker_timeout_s,
+    isolation=platform.worker_isolation,
     log_dir=log_dir,
   )
   try:
@@ -54,7 +55,8 @@ def attach(run, pool) -> None:
 
   runner = run.runner
   chunks = -(
-    -run.config.clients_per_round // (runner.clients_per_call or run.config.clients_per_round)
+    -run.config.program.clients_per_round
+    // (runner.clients_per_call or run.config.program.clients_per_round)
   )
   if chunks < len(pool.workers):
     logger.warning(
@@ -63,7 +65,7 @@ def attach(run, pool) -> None:
       "run, not of the platform)",
       chunks,
       len(pool.workers),
-      max(1, run.config.clients_per_round // len(pool.workers)),
+      max(1, run.config.program.clients_per_round // len(pool.workers)),
     )
   run.runner = workers_lib.PoolRunner(
     runner.client_round, run.shapes, runner.clients_per_call, pool

@@ -67,7 +67,7 @@ def run_simulation(
   for leftover in run_manifest.leftover_staging(Path(os.path.realpath(out))):
     logger.warning("%s", run_manifest.leftover_message(leftover))
   start = time.perf_counter()
-  with platform.execution(config) as pool:
+  with platform.execution(config.platform) as pool:
     run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
     platform.attach(run, pool)
     # The run is written beside OUT and moved into place only when it has finished.
@@ -124,7 +124,7 @@ def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, re
   initial = run.task.evaluate(run.server.weights)
   log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
   metrics = outputs.MetricsWriter(out)
-  bar = outputs.Progress(config.rounds, enabled=progress, every=config.eval_every)
+  bar = outputs.Progress(config.program.rounds, enabled=progress, every=config.program.eval_every)
   try:
     with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:
       program = logic.Program(

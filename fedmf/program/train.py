@@ -198,7 +198,7 @@ class FileCheckpoints:
     loaded, version = asyncio.run(self.manager.load_latest(template))
     if loaded is not None:
       self.initial_accuracy = restore_state(run, loaded)
-      log(f"resuming {root} after round {version} of {run.config.rounds}")
+      log(f"resuming {root} after round {version} of {run.config.program.rounds}")
       return version
     if _released_rows(root):
       raise ResumeError(
@@ -208,7 +208,7 @@ class FileCheckpoints:
     loop.start_noise(run)
     self.initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
     asyncio.run(self.save(run, 0))
-    log(f"starting {outputs.plural(run.config.rounds, 'round')} in {root}")
+    log(f"starting {outputs.plural(run.config.program.rounds, 'round')} in {root}")
     return 0
 
 
@@ -290,10 +290,10 @@ def run_training(
       previous = run_manifest.read(root)
       run_id = previous["run_id"] if previous else run_manifest.new_run_id()
       # From here until the end ROOT holds an unfinished run, which `fedmf audit` refuses.
-      manifest = run_manifest.start(root, "train", run_id, rounds=config.rounds)
+      manifest = run_manifest.start(root, "train", run_id, rounds=config.program.rounds)
       checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
-      with platform.execution(config, log_dir=str(root)) as pool:
+      with platform.execution(config.platform, log_dir=str(root)) as pool:
         run = loop.build_run(config, noise=False)  # The seed may come from the checkpoint.
         platform.attach(run, pool)
         try:
@@ -337,7 +337,9 @@ def _run_program(
     tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
   )
   journal = ReleaseJournal(root / JOURNAL)
-  bar = outputs.Progress(config.rounds, enabled=progress, every=config.eval_every, initial=version)
+  bar = outputs.Progress(
+    config.program.rounds, enabled=progress, every=config.program.eval_every, initial=version
+  )
   try:
     with participation_log.AppendableParticipationLog(
       root / "participation.csv", resume_below=version
@@ -349,7 +351,7 @@ def _run_program(
         participation_log=plog,
         journal=journal,
         progress=bar,
-        budget=config.budget.epsilon,
+        budget=config.program.budget.epsilon,
       )
       return asyncio.run(logic.run_rounds(run, program, checkpoints.initial_accuracy))
   finally:
@@ -375,8 +377,8 @@ def _finish(
     report=True,
     extra={
       "stopped_by_budget": rounds.stopped_by_budget,
-      "budget_epsilon": run.config.budget.epsilon,
-      "workers": run.config.workers,
+      "budget_epsilon": run.config.program.budget.epsilon,
+      "workers": run.config.platform.workers,
       "run_id": run_id,
     },
   )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from fedmf import yaml_files
 from fedmf.errors import FedmfUserError
 
 DATA = ("synthetic", "movielens-10m", "movielens-20m")
@@ -140,17 +141,7 @@ def load(path: str | None, overrides: Sequence[str] = (), data_dir: str | None =
 
   raw: dict[str, Any] = {}
   if path is not None:
-    file = Path(path)
-    if not file.is_file():
-      raise ConfigError(f"config file not found: {file}")
-    try:
-      loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise ConfigError(f"config file {file} is not valid YAML: {first}") from None
-    if loaded is not None and not isinstance(loaded, dict):
-      raise ConfigError(f"config file {file} must hold a mapping of keys")
-    raw.update(loaded or {})
+    raw.update(yaml_files.read_mapping(path, ConfigError))
   for text in overrides:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():

@@ -18,9 +18,9 @@ def _write(tmp_path, text):
 def test_yaml_and_overrides(tmp_path):
   path = _write(tmp_path, "rounds: 50\nnoise_multiplier: 1.5\nparticipation:\n  min_sep: 5\n")
   c = load_config(path, ["participation.model=epoch_shuffle", "rounds=60", "delta=1e-8"])
-  assert (c.rounds, c.noise_multiplier, c.delta) == (60, 1.5, 1e-8)
+  assert (c.program.rounds, c.privacy.noise_multiplier, c.privacy.delta) == (60, 1.5, 1e-8)
   assert (c.participation.model, c.participation.min_sep) == ("epoch_shuffle", 5)
-  assert load_config(path, ["noise_seed=18446744073709551615"]).noise_seed == 2**64 - 1
+  assert load_config(path, ["noise_seed=18446744073709551615"]).privacy.noise_seed == 2**64 - 1
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ CONFIGS = sorted(p.name for p in (ROOT / "simulations" / "configs").glob("*.yaml
 def test_shipped_configs_validate(name):
   path = ROOT / "simulations" / "configs" / name
   c = load_config(path, data_dir="/nonexistent")  # StackOverflow configs need a data dir.
-  assert c.rounds >= 1
+  assert c.program.rounds >= 1
 
 
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n.startswith("public-features-")])
@@ -107,7 +107,7 @@ def test_stackoverflow_data_is_found_where_tff_and_keras_leave_it(tmp_path, monk
   (tmp_path / ".tff").mkdir()
   (tmp_path / ".tff" / "stackoverflow.sqlite").write_bytes(b"")
   config = load_config(None, ["task=stackoverflow", "target_epsilon=8", "participation.min_sep=5"])
-  assert config.data_dir == str(tmp_path / ".tff")
+  assert config.task.data_dir == str(tmp_path / ".tff")
 
   from fedmf.tasks import stackoverflow as sod
 

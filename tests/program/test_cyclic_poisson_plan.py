@@ -26,12 +26,12 @@ def test_cyclic_poisson_config_is_accounted_with_amplification(tmp_path):
   assert (config.participation.partitions, config.participation.min_sep) == (4, 4)
   model = participation_lib.build(
     config.participation,
-    config.num_clients,
-    config.clients_per_round,
+    config.task.num_clients,
+    config.program.clients_per_round,
     0,
     loop.poisson_groups(config),
   )
-  schema = model.declared_schema(config.rounds)
+  schema = model.declared_schema(config.program.rounds)
   strategy = st.load_strategy(
     {
       "mechanism": "bandmf",
@@ -58,5 +58,5 @@ def test_cyclic_poisson_config_errors(tmp_path, override, message):
   with pytest.raises((ConfigError, participation_lib.ParticipationError), match=message):
     config = _config(tmp_path, override)
     participation_lib.build(
-      config.participation, config.num_clients, config.clients_per_round, 0, None
+      config.participation, config.task.num_clients, config.program.clients_per_round, 0, None
     )

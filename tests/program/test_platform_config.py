@@ -28,15 +28,15 @@ def _load(tmp_path, text, overrides=()):
 
 
 def test_workers_as_a_count_or_addresses(tmp_path, certs):
-  assert _load(tmp_path, "workers: 3\n").workers == 3
+  assert _load(tmp_path, "workers: 3\n").platform.workers == 3
   c = _load(tmp_path, "workers: ['127.0.0.1:8470', 'localhost:8471']\n")
-  assert c.workers == ("127.0.0.1:8470", "localhost:8471")  # Loopback: plaintext allowed.
+  assert c.platform.workers == ("127.0.0.1:8470", "localhost:8471")  # Loopback: plaintext allowed.
   tls = f"worker_tls:\n  ca: {certs}/ca.pem\n  cert: {certs}/coordinator.pem\n  key: {certs}/coordinator.key\n"
   c = _load(tmp_path, "workers: ['10.1.2.3:8470', '[fd00::1]:8470']\n" + tls)
-  assert c.worker_tls_files.ca == f"{certs}/ca.pem"
+  assert c.platform.tls_files.ca == f"{certs}/ca.pem"
   c = _load(tmp_path, "", ["workers=[10.1.2.3:8470]", *tls_overrides(certs)])
-  assert c.workers == ("10.1.2.3:8470",)
-  assert _load(tmp_path, "worker_timeout_s: 30\n").worker_timeout_s == 30.0
+  assert c.platform.workers == ("10.1.2.3:8470",)
+  assert _load(tmp_path, "worker_timeout_s: 30\n").platform.worker_timeout_s == 30.0
 
 
 def tls_overrides(certs):
