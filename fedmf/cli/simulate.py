@@ -2,7 +2,8 @@
 
 `fedmf simulate --out OUT` runs the default config (simulations/configs/default.yaml: synthetic
 next-word data, lstm-small, BLT, a client timer counted in rounds). Any config key can be set with
-`--set KEY=VALUE` (dotted keys for sections, e.g. `--set participation.min_sep=20`).
+`--set KEY=VALUE`, by its flat name or inside its section (`--set delta=1e-8` or
+`--set privacy.delta=1e-8`; `--set participation.min_sep=20`); docs/simulation.md lists the keys.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ matches that cohort), participation.model (timer | epoch_shuffle | uniform | cyc
 participation.timer_unit (rounds | hours), participation.min_sep, participation.timer_hours,
 participation.early_checkin_rate, participation.server_guard, and the training recipe (clip_norm,
 client_learning_rate, server_learning_rate, server_momentum, warmup_fraction, cooldown_fraction,
-eval_every, ...)."""
+eval_every, ...). Each key may also be written inside its section (task, privacy, recipe, program,
+participation, platform), e.g. privacy: {mechanism: blt}."""
 
 
 def default_config_path() -> Path:
@@ -56,7 +58,8 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     action="append",
     default=[],
     metavar="KEY=VALUE",
-    help="override a config key, e.g. --set rounds=50 --set participation.min_sep=20 (repeatable)",
+    help="override a config key by its flat name or section.key, e.g. --set rounds=50 "
+    "--set privacy.delta=1e-8 --set participation.min_sep=20 (repeatable; docs/simulation.md)",
   )
   parser.add_argument(
     "--data-dir", metavar="DIR", help="directory holding stackoverflow.sqlite (task stackoverflow)"
