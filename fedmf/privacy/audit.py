@@ -196,7 +196,7 @@ def _audit(
   # One sensitivity evaluation per distinct (rounds, b, k), cached by the strategy: the realized
   # claim is also the ε curve's last point.
   def sensitivity(r: int, b: Optional[int], k: Optional[int]):
-    return curve_lib.cached_sensitivity(strategy, ParticipationSchema(r, b, k), method)
+    return strategy.checked_sensitivity(ParticipationSchema(r, b, k), method)
 
   k_obs = stats.observed_max_participations
   b_obs = stats.observed_min_sep
