@@ -87,24 +87,14 @@ def run(args: argparse.Namespace) -> int:
 
   strategy = load_strategy(args.strategy)
   schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
+  # σ calibrated to the target ε, or ε of the given σ: the same arguments either way.
   if args.target_epsilon is not None:
-    result = accounting.calibrate_noise_multiplier(
-      strategy,
-      schema,
-      args.target_epsilon,
-      args.delta,
-      method=args.sensitivity,
-      accountant=args.accountant,
-    )
+    accountant, value = accounting.calibrate_noise_multiplier, args.target_epsilon
   else:
-    result = accounting.account(
-      strategy,
-      schema,
-      args.noise_multiplier,
-      args.delta,
-      method=args.sensitivity,
-      accountant=args.accountant,
-    )
+    accountant, value = accounting.account, args.noise_multiplier
+  result = accountant(
+    strategy, schema, value, args.delta, method=args.sensitivity, accountant=args.accountant
+  )
   fields = {"min_sep": args.min_sep, "max_participations": args.max_participations}
   if _print_head(args, strategy, {**fields, **result.to_dict()}, schema.describe()):
     return 0

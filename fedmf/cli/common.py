@@ -40,6 +40,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     return text + " (default: %(default)s)"
 
 
+def add_command(subparsers, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+  """The parser of subcommand `name` (`summary`: its line in `fedmf --help`), its description
+  printed as written (examples keep their lines)."""
+  return subparsers.add_parser(
+    name,
+    help=summary,
+    description=description,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
+
+
 # The noise multiplier's convention, shared by every --help that takes one (docs/noise-multiplier.md).
 SIGMA_HELP = (
   "sigma, applied to C as loaded: the sum of clipped updates gets clip * sigma * [C^-1 z]_t. "

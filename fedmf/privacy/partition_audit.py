@@ -253,12 +253,10 @@ def audit_declared(
       rounds,
       strategy=strategy,
       n=n,
-      partitions=declared.partitions,
-      dataset_size=declared.dataset_size,
-      sampling_probability=declared.sampling_probability,
       noise_multiplier=noise_multiplier,
       delta=delta,
       accountant=accountant,
+      **declared.to_dict(),  # partitions, dataset_size, sampling_probability
     )
   except FedmfUserError as e:
     return AmplifiedAudit.uncredited(compliance, str(e), _NON_AMPLIFIED)
