@@ -23,24 +23,7 @@ def add_parser(subparsers: Any) -> None:
     formatter_class=common.HelpFormatter,
   )
   parser.add_argument("strategy", metavar="STRATEGY.json", help="strategy file")
-  parser.add_argument(
-    "--n", type=common.positive_int, required=True, metavar="N", help="number of rounds n"
-  )
-  parser.add_argument(
-    "--min-sep",
-    type=common.positive_int,
-    default=None,
-    metavar="B",
-    help="b: minimum gap between two participations of a client (|i-j| >= b); "
-    "omit for single participation",
-  )
-  parser.add_argument(
-    "--max-participations",
-    type=common.positive_int,
-    default=None,
-    metavar="K",
-    help="k: maximum participations of a client (default: ceil(n/b))",
-  )
+  common.add_participation_args(parser, required=False)
   noise = parser.add_mutually_exclusive_group(required=True)
   noise.add_argument(
     "--noise-multiplier", type=common.positive_float, metavar="SIGMA", help=common.SIGMA_HELP
