@@ -23,6 +23,11 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The sibling script that builds the same client step (as benchmarks/audit_engines.py imports its
+# sibling: a package named `benchmarks` in site-packages would shadow `from benchmarks import`).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from client_step_profile import LENGTH, seeded_batch, seeded_model, sgd_step  # noqa: E402
 
 
 def _cpu() -> float:
@@ -39,25 +44,16 @@ def main(argv=None) -> int:
   parser.add_argument("--seconds", type=float, default=4.0)
   args = parser.parse_args(argv)
 
-  import numpy as np
   import tensorflow as tf
   from tensorflow.core.protobuf import rewriter_config_pb2
 
-  from fedmf.tasks import models
-
-  rng = np.random.default_rng(0)
-  xs = rng.integers(1, args.vocab, size=(16, 20)).astype(np.int32)
-  ys = rng.integers(1, args.vocab, size=(16, 20)).astype(np.int32)
+  xs, ys = seeded_batch(args.vocab)
   graph = tf.Graph()
   with graph.as_default():
-    tf.compat.v1.set_random_seed(0)
-    model = models.build_keras_model(args.model, args.vocab, 20)
-    x = tf.compat.v1.placeholder(tf.int32, [None, 20])
-    y = tf.compat.v1.placeholder(tf.int32, [None, 20])
-    loss = models.loss_fn()(y, model(x, training=True))
-    weights = model.trainable_weights
-    grads = tf.gradients(loss, weights)
-    train = tf.group(*[w.assign_sub(0.1 * tf.convert_to_tensor(g)) for w, g in zip(weights, grads)])
+    model, loss_fn = seeded_model(args.model, args.vocab)
+    x = tf.compat.v1.placeholder(tf.int32, [None, LENGTH])
+    y = tf.compat.v1.placeholder(tf.int32, [None, LENGTH])
+    train = tf.group(*sgd_step(model, loss_fn, x, y, dense=True)[1])
     init = tf.compat.v1.global_variables_initializer()
     matmul_types = {"MatMul", "_MklMatMul", "BatchMatMulV2", "_MklBatchMatMulV2", "_FusedMatMul"}
 

@@ -35,6 +35,49 @@ def _median(values):
   return sorted(values)[len(values) // 2]
 
 
+# The client step both client-step benchmarks time (this one and benchmarks/client_step_ops.py).
+LENGTH = 20  # tokens per sentence
+
+
+def seeded_batch(vocab: int, batch: int = 16, length: int = LENGTH):
+  """One batch of StackOverflow-shaped data: (x, y) int32 [batch, length], random ids (seed 0)."""
+  import numpy as np
+
+  rng = np.random.default_rng(0)
+  x = rng.integers(1, vocab, size=(batch, length)).astype(np.int32)
+  y = rng.integers(1, vocab, size=(batch, length)).astype(np.int32)
+  return x, y
+
+
+def seeded_model(preset: str, vocab: int, length: int = LENGTH):
+  """(Keras model of `preset`, its loss), seeded, built in the current context (eager or a graph)."""
+  import tensorflow as tf
+
+  from fedmf.tasks import models
+
+  tf.random.set_seed(0)
+  return models.build_keras_model(preset, vocab, length), models.loss_fn()
+
+
+def sgd_step(model, loss_fn, x, y, dense: bool = False, learning_rate: float = 0.1):
+  """Forward, backward and SGD update of `model` on one batch: (loss, the update ops).
+
+  The embedding's gradient (IndexedSlices) is applied by a sparse scatter, or with `dense` as one
+  dense tensor (as the graph of a TFF client's SGD applies it)."""
+  import tensorflow as tf
+
+  with tf.GradientTape() as tape:
+    loss = loss_fn(y, model(x, training=True))
+  weights = model.trainable_weights
+  updates = []
+  for w, g in zip(weights, tape.gradient(loss, weights)):
+    if isinstance(g, tf.IndexedSlices) and not dense:
+      updates.append(w.scatter_sub(tf.IndexedSlices(learning_rate * g.values, g.indices)))
+    else:
+      updates.append(w.assign_sub(learning_rate * tf.convert_to_tensor(g)))
+  return loss, updates
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -47,7 +90,6 @@ def main(argv=None) -> int:
   parser.add_argument("--arms", default="matmul,forward,step,step-xla")
   args = parser.parse_args(argv)
 
-  import numpy as np
   import tensorflow as tf
 
   if args.threads:
@@ -61,26 +103,13 @@ def main(argv=None) -> int:
     spec.lstm_size,
     models.num_classes(args.vocab),
     args.batch,
-    20,
+    LENGTH,
   )
-  rng = np.random.default_rng(0)
-  x = tf.constant(rng.integers(1, args.vocab, size=(b, t)), tf.int32)
-  y = tf.constant(rng.integers(1, args.vocab, size=(b, t)), tf.int32)
-  tf.keras.utils.set_random_seed(0)
-  model = models.build_keras_model(args.model, args.vocab, t)
-  loss_fn = models.loss_fn()
-  weights = model.trainable_weights
+  x, y = (tf.constant(a) for a in seeded_batch(args.vocab, b))
+  model, loss_fn = seeded_model(args.model, args.vocab)
 
   def step():
-    with tf.GradientTape() as tape:
-      loss = loss_fn(y, model(x, training=True))
-    grads = tape.gradient(loss, weights)
-    for w, g in zip(weights, grads):
-      if isinstance(g, tf.IndexedSlices):
-        w.scatter_sub(tf.IndexedSlices(0.1 * g.values, g.indices))
-      else:
-        w.assign_sub(0.1 * g)
-    return loss
+    return sgd_step(model, loss_fn, x, y)[0]
 
   n = b * t
   # forward: x@K [n,e]x[e,4h], per step h@U [b,h]x[h,4h], proj [n,h]x[h,e], out [n,e]x[e,v];

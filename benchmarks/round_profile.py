@@ -29,6 +29,11 @@ import time
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The sibling script whose clients this one times (imported as benchmarks/audit_engines.py imports
+# its sibling: a package named `benchmarks` in site-packages would shadow `from benchmarks import`).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import simulation_benchmark  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -171,22 +176,10 @@ def main(argv=None) -> int:
 
   import tensorflow_federated as tff
 
-  from fedmf.tasks.synthetic import SyntheticTask
   from fedmf.tff.rounds import build_client_round
   from fedmf.tff.runner import RoundRunner
 
-  task = SyntheticTask(
-    num_clients=args.clients,
-    vocab_size=args.vocab,
-    preset=args.model,
-    sequence_length=20,
-    batch_size=16,
-    max_sentences=args.sentences,
-    test_sentences=64,
-    seed=0,
-    min_sentences=args.sentences,
-    median_sentences=args.sentences,
-  )
+  task = simulation_benchmark.synthetic_task(args, args.clients)
   weights = task.initial_weights(0)
   datasets = [task.client_dataset(i) for i in range(args.clients)]
   print(

@@ -71,11 +71,13 @@ def matmul_rate(seconds: float = 2.0) -> float:
   return count * flops_one / (time.perf_counter() - start)
 
 
-def _task(args):
+def synthetic_task(args, num_clients: int):
+  """StackOverflow-shaped synthetic clients, each of exactly --sentences sentences (--vocab words,
+  --model); benchmarks/round_profile.py times the same clients."""
   from fedmf.tasks.synthetic import SyntheticTask
 
   return SyntheticTask(
-    num_clients=max(args.clients, args.vs_clients) * 4,
+    num_clients=num_clients,
     vocab_size=args.vocab,
     preset=args.model,
     sequence_length=20,
@@ -285,7 +287,7 @@ def main(argv=None) -> int:
     args.clients, args.vs_clients, args.rounds, args.n, args.bands = 4, 2, 1, 8, 2
   from fedmf.tff.context import local_execution_context
 
-  task = _task(args)
+  task = synthetic_task(args, max(args.clients, args.vs_clients) * 4)
   with local_execution_context() as ctx:
     if "so-round" in args.mode:
       so_round(args, task)

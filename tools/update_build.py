@@ -82,6 +82,10 @@ class _Layout:
     self.packages = sorted({f.rsplit("/", 1)[0] for f in files if f.startswith("fedmf/")})
     self.package_set = set(self.packages)
     self.third_party: set[str] = set()
+    # A script imports a sibling by its bare name (its own directory is on sys.path; a `benchmarks`
+    # package in site-packages would shadow `from benchmarks import ...`).
+    self.scripts = {f for f in files if f.split("/")[0] in SCRIPT_DIRS}
+    self.script_names = {Path(f).stem for f in self.scripts}
 
   def target_of(self, module: str) -> str | None:
     """The label of the first-party target that provides `module`, or None (stdlib/third party)."""
@@ -95,7 +99,7 @@ class _Layout:
       return None
     if parts[0] == "tests":
       return ":test_utils"
-    if parts[0] in SCRIPT_DIRS or parts[0] in ("tools",):
+    if parts[0] in SCRIPT_DIRS or parts[0] in ("tools",) or parts[0] in self.script_names:
       return None
     top = parts[0]
     if top in STDLIB or top.startswith("_"):
@@ -123,12 +127,19 @@ class _Layout:
     return found
 
   def script_srcs(self, rel: str) -> list[str]:
-    """A script and the sibling scripts it imports (benchmarks.x -> benchmarks/x.py)."""
+    """A script and the sibling scripts it imports, directly or through each other
+    (benchmarks.x or, from benchmarks/y.py, x -> benchmarks/x.py)."""
     srcs = [rel]
-    for module in sorted(_imports(rel)):
-      path = module.replace(".", "/") + ".py"
-      if module.split(".")[0] in SCRIPT_DIRS and path in self.file_set and path not in srcs:
-        srcs.append(path)
+    frontier = [rel]
+    while frontier:
+      script = frontier.pop()
+      for module in sorted(_imports(script)):
+        path = module.replace(".", "/") + ".py"
+        sibling = f"{Path(script).parent.as_posix()}/{path}"
+        for candidate in (path, sibling):
+          if candidate in self.scripts and candidate not in srcs:
+            srcs.append(candidate)
+            frontier.append(candidate)
     return srcs
 
 

@@ -23,24 +23,7 @@ def add_parser(subparsers: Any) -> None:
     formatter_class=common.HelpFormatter,
   )
   parser.add_argument("strategy", metavar="STRATEGY.json", help="strategy file")
-  parser.add_argument(
-    "--n", type=common.positive_int, required=True, metavar="N", help="number of rounds n"
-  )
-  parser.add_argument(
-    "--min-sep",
-    type=common.positive_int,
-    default=None,
-    metavar="B",
-    help="b: minimum gap between two participations of a client (|i-j| >= b); "
-    "omit for single participation",
-  )
-  parser.add_argument(
-    "--max-participations",
-    type=common.positive_int,
-    default=None,
-    metavar="K",
-    help="k: maximum participations of a client (default: ceil(n/b))",
-  )
+  common.add_participation_args(parser, required=False)
   noise = parser.add_mutually_exclusive_group(required=True)
   noise.add_argument(
     "--noise-multiplier", type=common.positive_float, metavar="SIGMA", help=common.SIGMA_HELP
@@ -87,24 +70,14 @@ def run(args: argparse.Namespace) -> int:
 
   strategy = load_strategy(args.strategy)
   schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
+  # σ calibrated to the target ε, or ε of the given σ: the same arguments either way.
   if args.target_epsilon is not None:
-    result = accounting.calibrate_noise_multiplier(
-      strategy,
-      schema,
-      args.target_epsilon,
-      args.delta,
-      method=args.sensitivity,
-      accountant=args.accountant,
-    )
+    accountant, value = accounting.calibrate_noise_multiplier, args.target_epsilon
   else:
-    result = accounting.account(
-      strategy,
-      schema,
-      args.noise_multiplier,
-      args.delta,
-      method=args.sensitivity,
-      accountant=args.accountant,
-    )
+    accountant, value = accounting.account, args.noise_multiplier
+  result = accountant(
+    strategy, schema, value, args.delta, method=args.sensitivity, accountant=args.accountant
+  )
   fields = {"min_sep": args.min_sep, "max_participations": args.max_participations}
   if _print_head(args, strategy, {**fields, **result.to_dict()}, schema.describe()):
     return 0

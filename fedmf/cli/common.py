@@ -40,6 +40,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     return text + " (default: %(default)s)"
 
 
+def add_command(subparsers, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+  """The parser of subcommand `name` (`summary`: its line in `fedmf --help`), its description
+  printed as written (examples keep their lines)."""
+  return subparsers.add_parser(
+    name,
+    help=summary,
+    description=description,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
+
+
 # The noise multiplier's convention, shared by every --help that takes one (docs/noise-multiplier.md).
 SIGMA_HELP = (
   "sigma, applied to C as loaded: the sum of clipped updates gets clip * sigma * [C^-1 z]_t. "
@@ -88,23 +99,24 @@ def probability(text: str) -> float:
 
 
 def add_participation_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
+  """--n, --min-sep B and --max-participations K; unless `required`, B and K may be left out
+  (single participation; K = ceil(n/B))."""
   parser.add_argument(
-    "--n", type=positive_int, required=required, metavar="N", help="number of rounds n"
+    "--n", type=positive_int, required=True, metavar="N", help="number of rounds n"
   )
-  parser.add_argument(
-    "--min-sep",
-    type=positive_int,
-    required=required,
-    metavar="B",
-    help="b: minimum gap between two participations of one client (gap convention, |i-j| >= b)",
-  )
-  parser.add_argument(
-    "--max-participations",
-    type=positive_int,
-    required=required,
-    metavar="K",
-    help="k: maximum participations of one client",
-  )
+  if required:
+    helps = (
+      "b: minimum gap between two participations of one client (gap convention, |i-j| >= b)",
+      "k: maximum participations of one client",
+    )
+  else:
+    helps = (
+      "b: minimum gap between two participations of a client (|i-j| >= b); "
+      "omit for single participation",
+      "k: maximum participations of a client (default: ceil(n/b))",
+    )
+  for flag, metavar, text in zip(("--min-sep", "--max-participations"), "BK", helps):
+    parser.add_argument(flag, type=positive_int, required=required, metavar=metavar, help=text)
 
 
 def add_sampling_args(group: "argparse._ActionsContainer") -> None:

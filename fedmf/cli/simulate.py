@@ -76,11 +76,8 @@ def load(args: argparse.Namespace):
 
 
 def add_parser(subparsers: Any) -> None:
-  parser = subparsers.add_parser(
-    "simulate",
-    help="simulate DP federated training and audit the run",
-    description=DESCRIPTION,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
+  parser = common.add_command(
+    subparsers, "simulate", "simulate DP federated training and audit the run", DESCRIPTION
   )
   add_config_args(parser)
   parser.add_argument("--out", required=True, metavar="OUT", help="output directory")

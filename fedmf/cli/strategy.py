@@ -25,6 +25,10 @@ def _bands(text: str):
 
 
 _AUTO_FLAGS = ("target_epsilon", "delta", "dataset_size", "batch_size")
+# The flags that are the `OptimizeOptions` fields of the same names.
+_OPTIMIZER_FLAGS = (
+  "bands", "buffers", "objective", "tree_variant", "column_normalize", "max_iter", "seed",
+)  # fmt: skip
 
 
 def add_parser(subparsers: Any) -> None:
@@ -267,15 +271,7 @@ def run_optimize(args: argparse.Namespace) -> int:
   if given:
     raise FedmfUserError(f"{', '.join(given)} only apply with --bands auto")
   schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
-  options = strategies.OptimizeOptions(
-    bands=args.bands,
-    buffers=args.buffers,
-    objective=args.objective,
-    tree_variant=args.tree_variant,
-    column_normalize=args.column_normalize,
-    max_iter=args.max_iter,
-    seed=args.seed,
-  )
+  options = strategies.OptimizeOptions(**{f: getattr(args, f) for f in _OPTIMIZER_FLAGS})
   mechanism = strategies.mechanism_class(args.mechanism)
   # The optimizer and the evaluation of its result, estimated before either starts.
   resources.check(

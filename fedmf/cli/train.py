@@ -30,11 +30,8 @@ deploy/README.md for the platform keys and who may reach what."""
 
 
 def add_parser(subparsers: Any) -> None:
-  parser = subparsers.add_parser(
-    "train",
-    help="run (or resume) the DP training program in a ROOT directory",
-    description=DESCRIPTION,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
+  parser = common.add_command(
+    subparsers, "train", "run (or resume) the DP training program in a ROOT directory", DESCRIPTION
   )
   simulate_cli.add_config_args(parser)
   parser.add_argument(

@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any
 
+from fedmf.cli import common
 from fedmf.errors import FedmfUserError
 
 DESCRIPTION = """\
@@ -32,11 +33,11 @@ Ctrl-C."""
 
 
 def add_parser(subparsers: Any) -> None:
-  parser = subparsers.add_parser(
+  parser = common.add_command(
+    subparsers,
     "worker",
-    help="serve TFF computations to a coordinator on another host (mutual TLS)",
-    description=DESCRIPTION,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
+    "serve TFF computations to a coordinator on another host (mutual TLS)",
+    DESCRIPTION,
   )
   parser.add_argument(
     "--listen",

@@ -196,7 +196,7 @@ def _audit(
   # One sensitivity evaluation per distinct (rounds, b, k), cached by the strategy: the realized
   # claim is also the ε curve's last point.
   def sensitivity(r: int, b: Optional[int], k: Optional[int]):
-    return curve_lib.cached_sensitivity(strategy, ParticipationSchema(r, b, k), method)
+    return strategy.checked_sensitivity(ParticipationSchema(r, b, k), method)
 
   k_obs = stats.observed_max_participations
   b_obs = stats.observed_min_sep
@@ -325,17 +325,37 @@ def _validated(
   noise_multiplier: float,
   delta: float,
   *,
-  rounds,
-  min_sep,
-  max_participations,
-  method: str,
-  accountant: str,
-  curve: bool | str,
-  max_epsilon: Optional[float],
-  notes: tuple[str, ...],
-  sampling: Optional[partition_audit.DeclaredSampling],
+  rounds: Optional[int] = None,
+  min_sep: Optional[int] = None,
+  max_participations: Optional[int] = None,
+  method: str = "auto",
+  accountant: str = "analytic",
+  curve: bool | str = True,
+  max_epsilon: Optional[float] = None,
+  notes: tuple[str, ...] = (),
+  sampling: Optional[partition_audit.DeclaredSampling] = None,
 ) -> _Request:
-  """The cheap arguments, validated (and the per-round work estimated) before a log is read."""
+  """The cheap arguments, validated (and the per-round work estimated) before a log is read.
+
+  The claim's keywords of ``audit_log`` and ``audit_arrays``, listed once here:
+    rounds: Rounds whose noisy aggregate was released; None infers max round + 1 (with a warning).
+    min_sep: Declared b (gap), optional.
+    max_participations: Declared k, optional.
+    method: Sensitivity method ('auto', 'upper-bound', 'lower-bound').
+    accountant: 'analytic' (default): ε from the exact Gaussian curve, solved to float64
+      precision. Every claim the auditor makes is one Gaussian mechanism with sensitivity s and
+      noise σ (no amplification, no composition: BandMF §5, BLT App. C), so this is its exact ε
+      (Balle & Wang 2018, Thm. 8). 'pld': dp_accounting's PLD accountant, a pessimistic
+      discretization of the same curve (ε_pld ≥ ε), kept as a cross-check.
+    curve: Also compute the per-round ε curve (estimated first: fedmf.mf.resources); "every-round"
+      evaluates the sensitivity at every round, as a training run's meter does.
+    max_epsilon: The privacy budget a strict audit checks the realized ε against.
+    notes: Where the inputs came from, shown in the report.
+    sampling: The run's declared cyclic Poisson sampling (`participation.model: cyclic-poisson`):
+      the log is checked against its partitions (a second read of the round and client columns)
+      and, if it complies, the claim is the amplified ε (BandMF Thm 4); if not, the violation is
+      reported and the claim stays the non-amplified one.
+  """
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
 
   sigma = validate_audit_noise_multiplier(noise_multiplier)
@@ -371,24 +391,12 @@ def audit_arrays(
   noise_multiplier: float,
   delta: float,
   *,
-  rounds: Optional[int] = None,
-  min_sep: Optional[int] = None,
-  max_participations: Optional[int] = None,
-  method: str = "auto",
-  accountant: str = "analytic",
-  curve: bool | str = True,
   log_name: str = "",
   violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
-  max_epsilon: Optional[float] = None,
-  notes: tuple[str, ...] = (),
-  sampling: Optional[partition_audit.DeclaredSampling] = None,
+  **claim: Any,
 ) -> AuditResult:
   """Audits a log already in memory as ``ParticipationArrays`` (see ``audit_log``)."""
-  request = _validated(
-    strategy, noise_multiplier, delta, rounds=rounds, min_sep=min_sep,
-    max_participations=max_participations, method=method, accountant=accountant, curve=curve,
-    max_epsilon=max_epsilon, notes=notes, sampling=sampling,
-  )  # fmt: skip
+  request = _validated(strategy, noise_multiplier, delta, **claim)
   stats, violations = log_statistics(
     arrays.rounds,
     arrays.codes,
@@ -409,17 +417,9 @@ def audit_log(
   noise_multiplier: float,
   delta: float,
   *,
-  rounds: Optional[int] = None,
-  min_sep: Optional[int] = None,
-  max_participations: Optional[int] = None,
-  method: str = "auto",
-  accountant: str = "analytic",
-  curve: bool | str = True,
   progress: bool = False,
   violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
-  max_epsilon: Optional[float] = None,
-  notes: tuple[str, ...] = (),
-  sampling: Optional[partition_audit.DeclaredSampling] = None,
+  **claim: Any,
 ) -> AuditResult:
   """Audits a participation log file.
 
@@ -429,32 +429,14 @@ def audit_log(
     noise_multiplier: σ used in training, applied to C as loaded (docs/noise-multiplier.md); 0 for
       a run without DP (its participation is audited; no privacy guarantee holds).
     delta: δ for ε.
-    rounds: Rounds whose noisy aggregate was released; None infers max round + 1 (with a warning).
-    min_sep: Declared b (gap), optional.
-    max_participations: Declared k, optional.
-    method: Sensitivity method ('auto', 'upper-bound', 'lower-bound').
-    accountant: 'analytic' (default): ε from the exact Gaussian curve, solved to float64
-      precision. Every claim the auditor makes is one Gaussian mechanism with sensitivity s and
-      noise σ (no amplification, no composition: BandMF §5, BLT App. C), so this is its exact ε
-      (Balle & Wang 2018, Thm. 8). 'pld': dp_accounting's PLD accountant, a pessimistic
-      discretization of the same curve (ε_pld ≥ ε), kept as a cross-check.
-    curve: Also compute the per-round ε curve (estimated first: fedmf.mf.resources); "every-round"
-      evaluates the sensitivity at every round, as a training run's meter does.
     progress: tqdm progress on stderr while reading.
     violation_limit: List at most this many violation entries (None: all); all are counted.
-    max_epsilon: The privacy budget a strict audit checks the realized ε against.
-    notes: Where the inputs came from, shown in the report.
-    sampling: The run's declared cyclic Poisson sampling (`participation.model: cyclic-poisson`):
-      the log is checked against its partitions (a second read of the round and client columns)
-      and, if it complies, the claim is the amplified ε (BandMF Thm 4); if not, the violation is
-      reported and the claim stays the non-amplified one.
+    **claim: The declared claim and how it is accounted: rounds, min_sep, max_participations,
+      method, accountant, curve, max_epsilon, notes, sampling (their defaults and meaning:
+      ``_validated``).
   """
   # Validate the cheap arguments (and estimate the per-round work) before reading a large log.
-  request = _validated(
-    strategy, noise_multiplier, delta, rounds=rounds, min_sep=min_sep,
-    max_participations=max_participations, method=method, accountant=accountant, curve=curve,
-    max_epsilon=max_epsilon, notes=notes, sampling=sampling,
-  )  # fmt: skip
+  request = _validated(strategy, noise_multiplier, delta, **claim)
   stats, violations = scan_log(
     path,
     min_sep=request.min_sep,

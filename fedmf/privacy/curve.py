@@ -18,12 +18,6 @@ from fedmf.privacy.accounting import gaussian_epsilon, rho_zcdp, validate_delta
 from fedmf.privacy.events import validate_noise_multiplier
 
 
-def cached_sensitivity(strategy: Any, schema: ParticipationSchema, method: str) -> Any:
-  """The strategy's sensitivity under `schema`, computed once per distinct (n, b, k) (the strategy
-  caches it), each new evaluation estimated first and refused beyond the resource limits."""
-  return strategy.checked_sensitivity(schema, method)
-
-
 @dataclasses.dataclass(frozen=True)
 class EpsilonCurve:
   """Privacy after r released rounds, r = 1..n (index r-1), for realized participation.
@@ -123,7 +117,7 @@ def epsilon_curve(
   def evaluate(p: int) -> None:
     kk = int(k[p])
     ms = None if (kk <= 1 or b[p] < 0) else int(b[p])
-    evaluated[p] = cached_sensitivity(strategy, ParticipationSchema(p + 1, ms, kk), method)
+    evaluated[p] = strategy.checked_sensitivity(ParticipationSchema(p + 1, ms, kk), method)
 
   t0 = time.perf_counter()
   for _, e in runs:

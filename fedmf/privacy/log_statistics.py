@@ -241,9 +241,9 @@ def _sorted_log_statistics(
   rounds: np.ndarray,
   codes: np.ndarray,
   num_clients: int,
-  declared_min_sep: Optional[int] = None,
-  declared_max_participations: Optional[int] = None,
-  client_ids: Any = None,
+  declared_min_sep: Optional[int],
+  declared_max_participations: Optional[int],
+  client_ids: Any,
 ):
   """``log_statistics`` by one sort of (code, round) keys: for rows in any order (memory ~ rows).
 

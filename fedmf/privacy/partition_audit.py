@@ -134,6 +134,22 @@ class AmplifiedAudit:
       "note": self.note,
     }
 
+  @classmethod
+  def uncredited(
+    cls, compliance: PartitionCompliance, why: Optional[str] = None, fallback: str = ""
+  ) -> "AmplifiedAudit":
+    """No amplification credited, and why (default: the log does not comply); `fallback` says
+    what the claim is instead."""
+    if why is None:
+      why = (
+        compliance.describe() + " (BandMF Thm 4 needs each device in rounds of its partition only)"
+      )
+    return cls(compliance, None, f"no amplification credited: {why}{fallback}")
+
+
+# What the auditor's claim is when the declared sampling is not credited.
+_NON_AMPLIFIED = "; the claim is the non-amplified one"
+
 
 def audit_amplified(
   clients: Sequence[Any],
@@ -165,12 +181,7 @@ def audit_amplified(
       f"the log has {clients_seen} devices, more than the declared population {dataset_size}"
     )
   if not compliance.complies:
-    return AmplifiedAudit(
-      compliance,
-      None,
-      "no amplification credited: " + compliance.describe() + " (BandMF Thm 4 needs each device "
-      "in rounds of its partition only)",
-    )
+    return AmplifiedAudit.uncredited(compliance)
   sampling = amplification.CyclicPoissonSampling.from_probability(
     dataset_size, partitions, sampling_probability
   )
@@ -235,29 +246,18 @@ def audit_declared(
       ),
     )
   if not compliance.complies:
-    return AmplifiedAudit(
-      compliance,
-      None,
-      "no amplification credited: " + compliance.describe() + " (BandMF Thm 4 needs each device "
-      "in rounds of its partition only); the claim is the non-amplified one",
-    )
+    return AmplifiedAudit.uncredited(compliance, fallback=_NON_AMPLIFIED)
   try:
     result = audit_amplified(
       codes,
       rounds,
       strategy=strategy,
       n=n,
-      partitions=declared.partitions,
-      dataset_size=declared.dataset_size,
-      sampling_probability=declared.sampling_probability,
       noise_multiplier=noise_multiplier,
       delta=delta,
       accountant=accountant,
+      **declared.to_dict(),  # partitions, dataset_size, sampling_probability
     )
   except FedmfUserError as e:
-    return AmplifiedAudit(
-      compliance,
-      None,
-      f"no amplification credited: {e}; the claim is the non-amplified one",
-    )
+    return AmplifiedAudit.uncredited(compliance, str(e), _NON_AMPLIFIED)
   return dataclasses.replace(result, compliance=compliance)

@@ -13,9 +13,10 @@ clients with Python's global `random` module and could not resume reproducibly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow_federated as tff
@@ -117,20 +118,13 @@ def _build(spec: dict) -> participation_lib.ParticipationModel:
 class ParticipationDataSource(tff.program.FederatedDataSource):
   """The data source of a training run: its iterators are `ParticipationIterator`s."""
 
-  def __init__(
-    self,
-    config: ParticipationConfig,
-    num_clients: int,
-    clients_per_round: int,
-    seed: int,
-    poisson_groups: Optional[int] = None,
-    client_id: Optional[Callable[[int], str]] = None,
-  ):
-    self._args = (config, num_clients, clients_per_round, seed, poisson_groups, client_id)
+  def __init__(self, *args: Any, **kwargs: Any):
+    """The arguments of `ParticipationIterator.create`, from which every `iterator()` starts."""
+    self._create = functools.partial(ParticipationIterator.create, *args, **kwargs)
 
   @property
   def federated_type(self) -> tff.FederatedType:
     return tff.FederatedType(tff.SequenceType(np.str_), tff.CLIENTS)
 
   def iterator(self) -> ParticipationIterator:
-    return ParticipationIterator.create(*self._args)
+    return self._create()

@@ -71,13 +71,23 @@ class ArrayTask(Task):
   accuracy_note = models.ACCURACY_NOTE
 
   def __init__(
-    self, *, preset: str, vocab_size: int, sequence_length: int, batch_size: int, max_sentences: int
+    self,
+    *,
+    preset: str,
+    vocab_size: int,
+    sequence_length: int,
+    batch_size: int,
+    max_sentences: int,
+    test_sentences: int,
+    seed: int,
   ):
     self.preset = preset
     self.vocab_size = int(vocab_size)
     self.sequence_length = int(sequence_length)
     self.batch_size = int(batch_size)
     self.max_sentences = int(max_sentences)
+    self.test_sentences = int(test_sentences)
+    self.seed = int(seed)
     self._evaluator = None
 
   @abc.abstractmethod

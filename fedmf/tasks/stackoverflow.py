@@ -33,7 +33,7 @@ import os
 import sqlite3
 import tarfile
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -459,26 +459,9 @@ class StackOverflowTask(ArrayTask):
 
   name = "stackoverflow"
 
-  def __init__(
-    self,
-    *,
-    data_dir: str,
-    num_clients: int,
-    vocab_size: int,
-    preset: str,
-    sequence_length: int,
-    batch_size: int,
-    max_sentences: int,
-    test_sentences: int,
-    seed: int,
-  ):
-    super().__init__(
-      preset=preset,
-      vocab_size=vocab_size,
-      sequence_length=sequence_length,
-      batch_size=batch_size,
-      max_sentences=max_sentences,
-    )
+  def __init__(self, *, data_dir: str, num_clients: int, **settings: Any):
+    """`settings`: the keywords of `ArrayTask` (preset, vocab_size, sequence_length, ...)."""
+    super().__init__(**settings)
     path = sqlite_path(data_dir)
     try:
       # TFF's save_to_sql_client_data writes no index on client_id: the file is left as it is
@@ -494,10 +477,8 @@ class StackOverflowTask(ArrayTask):
     if not self.train.client_ids:
       raise MissingDataError(f'{path} has no train clients')
     self._ids = self.train.client_ids[:num_clients]
-    self.vocab = build_vocab(data_dir, vocab_size)
-    self.token_ids = TokenIds(self.vocab, sequence_length)
-    self.seed = int(seed)
-    self.test_sentences = int(test_sentences)
+    self.vocab = build_vocab(data_dir, self.vocab_size)
+    self.token_ids = TokenIds(self.vocab, self.sequence_length)
 
   @property
   def num_clients(self) -> int:

@@ -239,43 +239,37 @@ class SyntheticNwp:
     return ' '.join(words)
 
 
+# The `SyntheticNwpConfig` fields a caller of `SyntheticTask` may set beyond the task's own keywords
+# (max_sentences is the task's cap on a client's sentences, not the generator's).
+_GENERATOR_FIELDS = frozenset(f.name for f in dataclasses.fields(SyntheticNwpConfig)) - {
+  "num_clients",
+  "vocab_size",
+  "sequence_length",
+  "seed",
+  "max_sentences",
+}
+
+
 class SyntheticTask(ArrayTask):
   """The `synthetic` task: `SyntheticNwp` clients, a pooled test set from unseen clients."""
 
   name = "synthetic"
 
-  def __init__(
-    self,
-    *,
-    num_clients: int,
-    vocab_size: int,
-    preset: str,
-    sequence_length: int,
-    batch_size: int,
-    max_sentences: int,
-    test_sentences: int,
-    seed: int,
-    **generator: Any,
-  ):
-    """`generator`: further `SyntheticNwpConfig` fields (e.g. min_sentences for fixed-size clients)."""
-    super().__init__(
-      preset=preset,
-      vocab_size=vocab_size,
-      sequence_length=sequence_length,
-      batch_size=batch_size,
-      max_sentences=max_sentences,
-    )
+  def __init__(self, *, num_clients: int, **settings: Any):
+    """`settings`: the keywords of `ArrayTask` (preset, vocab_size, sequence_length, ...) and
+    further `SyntheticNwpConfig` fields (e.g. min_sentences for fixed-size clients)."""
+    generator = {k: settings.pop(k) for k in tuple(settings) if k in _GENERATOR_FIELDS}
+    super().__init__(**settings)
     self.data = SyntheticNwp(
       SyntheticNwpConfig(
         num_clients=num_clients,
-        vocab_size=vocab_size,
-        sequence_length=sequence_length,
-        seed=seed,
+        vocab_size=self.vocab_size,
+        sequence_length=self.sequence_length,
+        seed=self.seed,
         **generator,
       )
     )
     self._num_clients = int(num_clients)
-    self.test_sentences = int(test_sentences)
 
   @property
   def num_clients(self) -> int:

@@ -220,30 +220,45 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       stddev = tf.cast(scale * row_norm / cpr, tf.float32)
       return (new_state, tf.nest.pack_sequence_as(specs_struct, mean), round_index, stddev)
 
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_eval(init_tf, tff.SERVER)
-
-    @tff.federated_computation(
-      tff.FederatedType(state_type, tff.SERVER), tff.FederatedType(value_type, tff.CLIENTS)
-    )
-    def next_fn(state, value):
-      clipped, was_clipped, was_zeroed = tff.federated_map(clip_tf, value)
-      total = tff.federated_sum(clipped)
+    def server(state, total, counts):
       new_state, mean, round_index, stddev = tff.federated_map(noise_tf, (state, total))
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          round=round_index,
-          clipped_count=tff.federated_sum(was_clipped),
-          zeroed_count=tff.federated_sum(was_zeroed),
-          noise_stddev=stddev,
-        )
-      )
-      return tff.templates.MeasuredProcessOutput(
-        state=new_state, result=mean, measurements=measurements
+      return (
+        new_state,
+        mean,
+        collections.OrderedDict(round=round_index, **counts, noise_stddev=stddev),
       )
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return dp_mean_process(init_tf, value_type, clip_tf, server)
+
+
+def dp_mean_process(init_tf, value_type, clip_tf, server) -> tff.templates.AggregationProcess:
+  """The process of a DP-mean factory (this one and `fedmf.tff.host_noise.HostNoiseFactory`).
+
+  The state is `init_tf()` at SERVER; a round clips the clients' values (`clip_tf`), sums them and
+  calls `server(state, total, counts)`, where `counts` holds the summed clipped_count and
+  zeroed_count, for (new state, noised mean, measurements: an OrderedDict of SERVER values).
+  """
+  state_type = init_tf.type_signature.result
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(init_tf, tff.SERVER)
+
+  @tff.federated_computation(
+    tff.FederatedType(state_type, tff.SERVER), tff.FederatedType(value_type, tff.CLIENTS)
+  )
+  def next_fn(state, value):
+    clipped, was_clipped, was_zeroed = tff.federated_map(clip_tf, value)
+    total = tff.federated_sum(clipped)
+    counts = collections.OrderedDict(
+      clipped_count=tff.federated_sum(was_clipped), zeroed_count=tff.federated_sum(was_zeroed)
+    )
+    new_state, mean, measurements = server(state, total, counts)
+    return tff.templates.MeasuredProcessOutput(
+      state=new_state, result=mean, measurements=tff.federated_zip(measurements)
+    )
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def build_dp_aggregator(

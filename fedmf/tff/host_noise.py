@@ -16,7 +16,6 @@ computation.
 
 from __future__ import annotations
 
-import collections
 from typing import Optional, Sequence
 
 import numpy as np
@@ -196,28 +195,10 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       mean = aggregators_lib.noised_mean(flat, tf.nest.flatten(noise), scale, cpr)
       return tf.nest.pack_sequence_as(specs_struct, mean)
 
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_eval(init_tf, tff.SERVER)
+    def server(state, total, counts):
+      return state, tff.federated_map(noise_tf, (state, total)), counts
 
-    @tff.federated_computation(
-      tff.FederatedType(state_type, tff.SERVER), tff.FederatedType(value_type, tff.CLIENTS)
-    )
-    def next_fn(state, value):
-      clipped, was_clipped, was_zeroed = tff.federated_map(clip_tf, value)
-      total = tff.federated_sum(clipped)
-      mean = tff.federated_map(noise_tf, (state, total))
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          clipped_count=tff.federated_sum(was_clipped),
-          zeroed_count=tff.federated_sum(was_zeroed),
-        )
-      )
-      return tff.templates.MeasuredProcessOutput(
-        state=state, result=mean, measurements=measurements
-      )
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return aggregators_lib.dp_mean_process(init_tf, value_type, clip_tf, server)
 
 
 class HostNoiseFedAvg:
