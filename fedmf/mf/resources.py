@@ -143,3 +143,23 @@ def check(cost: Cost, action: str) -> None:
 def check_memory(nbytes: float, what: str, action: str) -> None:
   """Shorthand for one allocation."""
   check(Cost.of(what, nbytes), action)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerRound:
+  """Work linear in the rounds: `what` costs `memory_bytes` and `seconds` per round."""
+
+  what: str
+  memory_bytes: float
+  seconds: float
+
+  def check(self, num_rounds: int, action: str) -> None:
+    """`check` of this work over `num_rounds` rounds."""
+    check(
+      Cost.of(
+        f"{self.what} of {num_rounds:,} rounds",
+        self.memory_bytes * float(num_rounds),
+        self.seconds * num_rounds,
+      ),
+      action,
+    )

@@ -69,23 +69,15 @@ from fedmf.privacy.log_statistics import (  # noqa: F401
 )
 
 
-# Per-round memory of the ε curve (b_r, k_r, sensitivities, methods, ρ, ε and the temporaries of the
-# Gaussian curve).
-_CURVE_BYTES_PER_ROUND = 160
-# The curve walks its rounds in Python (methods, the CSV lines of the report): about 3 steps a round.
-_CURVE_STEPS_PER_ROUND = 3
+# The per-round ε curve: its memory (b_r, k_r, sensitivities, methods, ρ, ε and the temporaries of
+# the Gaussian curve), and its walk over the rounds in Python (methods, the CSV lines of the report:
+# about 3 steps a round).
+_CURVE_COST = resources.PerRound("the per-round epsilon curve", 160, 3 / resources.PYTHON_RATE)
 
 
 def _check_curve(num_rounds: int) -> None:
   """Refuses the per-round ε curve of the report over ``num_rounds`` rounds beyond the limits."""
-  resources.check(
-    resources.Cost.of(
-      f"the per-round epsilon curve of {num_rounds:,} rounds",
-      _CURVE_BYTES_PER_ROUND * float(num_rounds),
-      _CURVE_STEPS_PER_ROUND * num_rounds / resources.PYTHON_RATE,
-    ),
-    f"the report's epsilon curve over n = {num_rounds:,} rounds",
-  )
+  _CURVE_COST.check(num_rounds, f"the report's epsilon curve over n = {num_rounds:,} rounds")
 
 
 # ---------------------------------------------------------------------------------------------------

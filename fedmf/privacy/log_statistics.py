@@ -207,19 +207,15 @@ class LogStatistics:
   cut_off_row: Optional[int] = None
 
 
-# Per-round memory of the statistics of a log not in round order (``_sorted_log_statistics``: the
-# least gap and most participations at each round, their running min/max, temporaries).
-_SORTED_BYTES_PER_ROUND = 48
+# The statistics of a log not in round order (``_sorted_log_statistics``): per round, the least gap
+# and most participations, their running min/max and temporaries (48 bytes), in ~6 vector steps.
+_SORTED_COST = resources.PerRound("per-round statistics", 48, 6.0 / resources.VECTOR_RATE)
 
 
 def _check_round_statistics(num_rounds: int) -> None:
   """Refuses per-round statistics over ``num_rounds`` rounds beyond --max-memory/--max-seconds."""
-  resources.check(
-    resources.Cost.of(
-      f"per-round statistics of {num_rounds:,} rounds",
-      _SORTED_BYTES_PER_ROUND * float(num_rounds),
-      6.0 * num_rounds / resources.VECTOR_RATE,
-    ),
+  _SORTED_COST.check(
+    num_rounds,
     f"auditing a log whose largest round is {num_rounds - 1:,} (a timestamp instead of a round?)",
   )
 

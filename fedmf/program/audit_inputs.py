@@ -44,8 +44,8 @@ def resolve(
 
   The given values are the `fedmf audit` flags of the same names (None: not given).
   """
-  flags = types.SimpleNamespace(
-    source=os.fspath(source),
+  # The audit_log settings the flags give (a log file's settings are these, as given).
+  given = dict(
     strategy=strategy,
     noise_multiplier=noise_multiplier,
     delta=delta,
@@ -53,6 +53,7 @@ def resolve(
     min_sep=min_sep,
     max_participations=max_participations,
   )
+  flags = types.SimpleNamespace(source=os.fspath(source), **given)
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
   from fedmf.program import run_dir  # pylint: disable=g-import-not-at-top
 
@@ -78,20 +79,7 @@ def resolve(
       raise FedmfUserError(
         f"auditing a log file needs {', '.join(missing)}{hint} (see fedmf audit --help)"
       )
-    return AuditInputs(
-      str(source),
-      dict(
-        strategy=flags.strategy,
-        noise_multiplier=flags.noise_multiplier,
-        delta=flags.delta,
-        rounds=flags.rounds,
-        min_sep=flags.min_sep,
-        max_participations=flags.max_participations,
-      ),
-      flags.strategy,
-      (),
-      (),
-    )
+    return AuditInputs(str(source), given, flags.strategy, (), ())
 
   run = run_dir.read_run(source)
   warnings: list[str] = []
