@@ -202,7 +202,10 @@ def _flat_keys() -> dict[str, tuple[str, str]]:
   for section, cls in SECTIONS.items():
     if section != "participation":
       for f in dataclasses.fields(cls):
-        table["task" if (section, f.name) == ("task", "name") else f.name] = (section, f.name)
+        flat = "task" if (section, f.name) == ("task", "name") else f.name
+        if flat in table:  # A flat name must say which key it is.
+          raise TypeError(f"config key {flat} is in sections {table[flat][0]} and {section}")
+        table[flat] = (section, f.name)
   return table
 
 
