@@ -400,10 +400,10 @@ def load_config(
 ) -> TrainingConfig:
   """The validated config of a YAML file (or the defaults) with overrides and --data-dir."""
   raw = apply_overrides(read_yaml(path) if path is not None else {}, overrides)
-  task = raw.setdefault("task", {})
-  if isinstance(task, dict) and data_dir is not None:
+  task = raw.setdefault("task", {})  # a dict: nested() and the overrides only make sections
+  if data_dir is not None:
     task["data_dir"] = str(data_dir)
-  elif isinstance(task, dict) and task.get("name") == "stackoverflow" and not task.get("data_dir"):
+  elif task.get("name") == "stackoverflow" and not task.get("data_dir"):
     # Where tff.simulation.datasets.stackoverflow.load_data() leaves the file (issue 26, B.7).
     if os.path.isfile(os.path.join(tff_cache_dir(), "stackoverflow.sqlite")):
       task["data_dir"] = tff_cache_dir()
