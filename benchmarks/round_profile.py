@@ -8,7 +8,7 @@ process, the machine's busy / idle / steal seconds from /proc/stat, the worker's
 and its thread count. At the end: the spread (max/min) of wall and of worker CPU time.
 
   .venv/bin/python benchmarks/round_profile.py [--model lstm-paper] [--clients 10] [--rounds 20]
-      [--per-call 20] [--sentences 256] [--arm default --arm KEY=VALUE[,KEY=VALUE] ...]
+      [--per-call 20] [--sentences 256] [--probe 1.0] [--arm default --arm KEY=VALUE[,KEY=VALUE] ...]
 
 Each --arm is a worker environment (`calls=N` sets --max_concurrent_computation_calls instead), or
 `tff-native`: TFF's own local context (its worker on a TCP port of every interface, without fedmf's
@@ -166,6 +166,13 @@ def main(argv=None) -> int:
   parser.add_argument("--sentences", type=int, default=256)
   parser.add_argument("--learning-rate", type=float, default=0.1)
   parser.add_argument(
+    "--probe",
+    type=float,
+    default=0.0,
+    help="seconds of a fixed matmul probe (simulation_benchmark.matmul_rate) before each round: "
+    "the machine's speed then, to tell a slow round from a slow machine (0: off)",
+  )
+  parser.add_argument(
     "--arm",
     action="append",
     help="worker environment of one arm: default, or KEY=VALUE[,KEY=VALUE...] (repeatable; "
@@ -198,6 +205,7 @@ def main(argv=None) -> int:
   try:
     for r in range(args.rounds + 1):
       for arm, ctx, worker in zip(arms, contexts, workers):
+        probe = simulation_benchmark.matmul_rate(args.probe) / 1e9 if args.probe else None
         with tff.framework.get_context_stack().install(ctx):
           w0, m0, c0, t0 = proc_stat(worker), machine_stat(), os.times(), time.perf_counter()
           asleep = _Asleep(worker)
@@ -215,13 +223,15 @@ def main(argv=None) -> int:
           "minflt": w1["minflt"] - w0["minflt"],
           "threads": w1["threads"],
           "asleep": asleep,
+          "probe": probe,
         }
         row["others"] = row["busy"] - row["worker"] - row["coord"]
         print(
           f"round {r:2d} [{arm}]: wall {wall:6.2f} s  worker cpu {row['worker']:6.2f}  coord "
           f"{row['coord']:5.2f}  others {row['others']:6.2f}  idle {row['idle']:5.2f} steal "
           f"{row['steal']:4.2f}  both asleep {asleep:5.2f} s  minflt {row['minflt']:7d} threads {row['threads']}  loss "
-          f"{result.loss:.4f}  load {os.getloadavg()[0]:.2f}",
+          f"{result.loss:.4f}  load {os.getloadavg()[0]:.2f}"
+          + (f"  probe {probe:5.1f} GFLOP/s" if probe else ""),
           flush=True,
         )
         if r:  # Round 0 traces and compiles.
@@ -244,6 +254,15 @@ def main(argv=None) -> int:
       f"{sum(r['asleep'] for r in rows[arm]):.1f} s of {sum(wall):.1f} s",
       flush=True,
     )
+    if args.probe:
+      # Wall time × the probe's rate: the round in units of the machine's speed at the time.
+      probes = [r["probe"] for r in rows[arm]]
+      scaled = [w * p for w, p in zip(wall, probes)]
+      print(
+        f"[{arm}] probe {min(probes):.1f}-{max(probes):.1f} GFLOP/s (spread "
+        f"{max(probes) / min(probes):.2f}); wall x probe spread {max(scaled) / min(scaled):.2f}",
+        flush=True,
+      )
   return 0
 
 

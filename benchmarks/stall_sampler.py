@@ -4,10 +4,14 @@ Run it beside a benchmark: every `--interval` seconds it reads the CPU time of t
 process and of the coordinator (the Python process whose arguments contain `--coordinator`, e.g.
 `round_profile.py`); when neither used CPU in the last interval, it prints, per process, how
 many threads sit in which system call (/proc/PID/task/TID/syscall), with whether each futex wait
-has a timeout and each epoll/poll wait its timeout in ms. Stdlib only, Linux only.
+has a timeout and each epoll/poll wait its timeout in ms. With --stacks N, for the first N stalls
+it also prints the worker's native stacks (gdb, attached for a moment), grouped: how many threads
+wait in which function. That is how the stalls of issue 22 were found (docs/benchmarks.md §4):
+threads in `RootDataset::Iterator::~Iterator` joining tf.data's autotuning thread, which slept in
+`Model::OptimizeLoop`. Stdlib only (and gdb for --stacks), Linux only.
 
   .venv/bin/python benchmarks/round_profile.py --rounds 12 &
-  python3 benchmarks/stall_sampler.py --coordinator round_profile.py --seconds 300
+  python3 benchmarks/stall_sampler.py --coordinator round_profile.py --seconds 300 [--stacks 3]
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
+import subprocess
 import time
 
 # x86-64 system call numbers of the waits worth naming.
@@ -79,11 +85,38 @@ def find(coordinator: str) -> tuple[int, int]:
     time.sleep(0.5)
 
 
+# Frames that say only "this thread waits" (locks, futexes, thread pools' idle loops, libc, std).
+_PLUMBING = re.compile(
+  r"^(syscall|__|nsync::|std::|absl::|Absl|Eigen::|tsl::|start_thread|clone|pthread|\?\?|epoll|"
+  r"poll|gpr_|grpc_core::|void absl)"
+)
+
+
+def stacks(pid: int, depth: int = 14) -> collections.Counter:
+  """How many of `pid`'s threads wait in which function (gdb attaches for a few seconds)."""
+  gdb = ["gdb", "-p", str(pid), "-batch", "-ex", f"thread apply all bt {depth}"]
+  return group_stacks(subprocess.run(gdb, capture_output=True, text=True, timeout=120).stdout)
+
+
+def group_stacks(gdb_output: str) -> collections.Counter:
+  """gdb's `thread apply all bt` output → how many threads wait in which function: each thread's
+  first frame that is not plumbing (the binary's dynamic symbols name TF's and TFF's functions)."""
+  found = collections.Counter()
+  for thread in gdb_output.split("\nThread ")[1:]:
+    frames = re.findall(r"#\d+\s+(?:0x[0-9a-f]+ in )?(.+?) \(", thread)
+    names = [re.sub(r"<.*>", "<>", f) for f in frames]
+    if not names:
+      continue
+    found[next((n for n in names if not _PLUMBING.match(n)), "(idle: " + names[0] + ")")[:110]] += 1
+  return found
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--coordinator", default="round_profile.py")
   parser.add_argument("--interval", type=float, default=0.5)
   parser.add_argument("--seconds", type=float, default=300.0)
+  parser.add_argument("--stacks", type=int, default=0, help="native stacks of the first N stalls")
   args = parser.parse_args()
   worker, coord = find(args.coordinator)
   print(f"worker {worker}, coordinator {coord}", flush=True)
@@ -99,6 +132,11 @@ def main() -> None:
         f"coordinator: {dict(waits(coord))}",
         flush=True,
       )
+      if args.stacks > 0:
+        args.stacks -= 1
+        for function, count in stacks(worker).most_common():
+          print(f"    {count:3d} worker threads in {function}", flush=True)
+        now = (cpu_ticks(worker), cpu_ticks(coord))  # gdb's own stop is not the worker's work
     last = now
 
 

@@ -325,7 +325,10 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     raise RuntimeError("start_noise(run) before training: the run trains with noise")
   if run.noise is not None:
     run.noise.prefetch()  # The noise does not depend on the data: computed during the TFF call.
-  datasets = [run.task.client_dataset(int(i)) for i in cohort.clients]
+  from fedmf.tff import client_data  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
+
+  # Autotuning off for every task's datasets, a user's own too: it stalls TFF's worker.
+  datasets = client_data.worker_datasets([run.task.client_dataset(int(i)) for i in cohort.clients])
   result = run.runner.run(run.server.weights, datasets)
   row_norm = run.noise.row_norm() if run.noise is not None else 0.0
   noise = run.noise.next() if run.noise is not None else None

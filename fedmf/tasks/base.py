@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from fedmf.tasks import models
+from fedmf.tff import client_data
 
 
 class Task(abc.ABC):
@@ -100,9 +101,8 @@ class ArrayTask(Task):
 
   def client_dataset(self, index: int) -> tf.data.Dataset:
     x, y = self.client_arrays(index)
-    return tf.data.Dataset.from_tensor_slices((x.astype(np.int32), y.astype(np.int32))).batch(
-      self.batch_size
-    )
+    batches = tf.data.Dataset.from_tensor_slices((x.astype(np.int32), y.astype(np.int32)))
+    return client_data.worker_dataset(batches.batch(self.batch_size))
 
   def model_fn(self):
     return models.tff_model_fn(self.preset, self.vocab_size, self.sequence_length)

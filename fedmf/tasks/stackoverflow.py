@@ -46,6 +46,7 @@ from tensorflow_federated.python.simulation.datasets import sql_client_data
 from fedmf.tasks import sqlite_rows
 from fedmf.errors import FedmfUserError
 from fedmf.tasks.base import ArrayTask
+from fedmf.tff import client_data
 
 SQLITE_NAME = 'stackoverflow.sqlite'
 WORD_COUNT_NAME = 'stackoverflow.word_count'
@@ -445,8 +446,9 @@ def client_arrays(
 def as_batched_dataset(
   x: np.ndarray, y: np.ndarray, batch_size: int = BATCH_SIZE
 ) -> tf.data.Dataset:
-  """`tf.data` of (x, y) batches, the element type TFF's `preprocess` yields."""
-  return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+  """`tf.data` of (x, y) batches, the element type TFF's `preprocess` yields (autotuning off for
+  TFF's worker: `fedmf.tff.client_data`)."""
+  return client_data.worker_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size))
 
 
 # --------------------------------------------------------------------------

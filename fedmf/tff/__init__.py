@@ -11,6 +11,8 @@ start without them.
   local_execution_context   an owned local C++ context (its `worker_binary` isolated in a network
                             namespace of its own) that stops its worker on exit.
   ensure_context            the same, installed as TFF's default for command-line programs.
+  worker_dataset            a client dataset with tf.data autotuning off, so that TFF's worker does
+                            not stall at the end of each client (`fedmf.tff.client_data`).
 """
 
 import importlib
@@ -22,6 +24,7 @@ _EXPORTS = {
   'build_host_noise_fed_avg': 'fedmf.tff.learning',
   'ensure_context': 'fedmf.tff.context',
   'local_execution_context': 'fedmf.tff.context',
+  'worker_dataset': 'fedmf.tff.client_data',
 }
 
 __all__ = sorted(_EXPORTS)

@@ -26,6 +26,7 @@ from tensorflow_federated.python.core.impl.types import type_conversions
 from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
 from fedmf.tff import aggregators as aggregators_lib
+from fedmf.tff import client_data as client_data_lib
 from fedmf.tff import noise as noise_lib
 
 
@@ -221,7 +222,8 @@ class HostNoiseFedAvg:
   def next(self, state, client_data):
     noise = self.noise.next()  # round t's unit-scale noise (prefetched during the last call)
     state = state._replace(aggregator=noise)
-    output = self.process.next(state, client_data)
+    # Autotuning off (fedmf.tff.client_data): otherwise each client's end can stall the round.
+    output = self.process.next(state, client_data_lib.worker_datasets(client_data))
     self.noise.prefetch()  # the next round's noise, computed while the caller does other work
     return output
 
