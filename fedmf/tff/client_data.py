@@ -41,9 +41,10 @@ def worker_dataset(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def worker_datasets(client_data: Any) -> Any:
-  """A list or tuple of client values with every `tf.data.Dataset` in it passed through
-  `worker_dataset`; other values (and anything that is not a list or tuple) are returned as given."""
+  """A list (or tuple: a tuple comes back) of client values with every `tf.data.Dataset` in it
+  passed through `worker_dataset`; other values, and anything that is not a list or tuple, are
+  returned as given."""
   if not isinstance(client_data, (list, tuple)):
     return client_data
   out = [worker_dataset(d) if isinstance(d, tf.data.Dataset) else d for d in client_data]
-  return type(client_data)(out) if isinstance(client_data, tuple) else out
+  return out if isinstance(client_data, list) else tuple(out)

@@ -1,6 +1,8 @@
 """Client datasets for TFF's worker: tf.data autotuning off, the same elements, and the option
 survives TFF's serialization (how it reaches the worker)."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -50,6 +52,9 @@ def test_worker_datasets_maps_lists_and_tuples_and_keeps_other_values():
   assert isinstance(out, list) and out[1] is values[1]
   assert [d.options().autotune.enabled for d in (out[0], out[2])] == [False, False]
   assert isinstance(client_data.worker_datasets(tuple(values)), tuple)
+  # A tuple subclass (a namedtuple cannot be rebuilt from one list): a plain tuple comes back.
+  pair = collections.namedtuple('Pair', 'a b')(_batches(), 3)
+  assert client_data.worker_datasets(pair)[0].options().autotune.enabled is False
   not_a_list = object()
   assert client_data.worker_datasets(not_a_list) is not_a_list
 
