@@ -16,6 +16,7 @@ guard). Both run every line of the round loop here:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -124,6 +125,11 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
   last_saved = run.server.round
   stopped_by_budget = False
   for r in range(run.server.round, c.program.rounds):
+    # Ctrl-C: `asyncio.run` (Python 3.11) answers SIGINT by cancelling this task, which takes effect
+    # only where it suspends. The rounds' TFF calls are synchronous and the managers' awaits may not
+    # suspend, so without this the interrupt waited for the last round (or was lost when the run
+    # ended first): yield once per round, so it stops between rounds.
+    await asyncio.sleep(0)
     ids = _draw_within_budget(run, r, program.budget)
     if ids is None:
       stopped_by_budget = True
