@@ -67,10 +67,21 @@ def _staging(out: Path) -> list[Path]:
   return sorted(out.parent.glob(f".{out.name}.staging-*"))
 
 
+def _default_sigint() -> None:
+  """In the child: SIGINT as at a terminal. A test run started in the background (`cmd &` in a
+  script) ignores SIGINT, and children inherit that, so Ctrl-C could not be tested there."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_and_stop_after(args, out: Path, rounds: int, sig) -> subprocess.Popen:
   """Starts `fedmf ARGS`, sends `sig` once its staging directory holds `rounds` metrics rows."""
   proc = subprocess.Popen(
-    _command(args), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    _command(args),
+    env=_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    preexec_fn=_default_sigint,
   )
   deadline = time.monotonic() + 300
   while proc.poll() is None and time.monotonic() < deadline:
