@@ -142,16 +142,7 @@ def _start_arm(env: dict):
   calls = int(env.pop("calls", -1))
   if env.pop("tff-native", None) is not None:
     return _TffNative()
-  saved = {k: os.environ.get(k) for k in env}
-  os.environ.update(env)
-  try:
-    return create_local_execution_context(max_concurrent_computation_calls=calls)
-  finally:
-    for k, v in saved.items():
-      if v is None:
-        os.environ.pop(k, None)
-      else:
-        os.environ[k] = v
+  return create_local_execution_context(max_concurrent_computation_calls=calls, worker_env=env)
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,8 @@ Two measurements, both on synthetic next-word data shaped like the papers' Stack
              (`fedmf.tff.rounds` in chunks of 20 clients) plus its host server step (BandMF noise
              with --bands, SGD with momentum). Printed next to the FLOP count of the round
              (forward + backward = 3 × forward per token) and the matmul rate measured in the same
-             process, i.e. how far the round is from the compute limit.
+             process before and after each round (their mean sets the round's compute limit),
+             i.e. how far the round is from the compute limit.
   vs-fedavg  fedmf's round (`fedmf.program.loop.train_round`: federated part + noise + server step)
              for each mechanism against a plain `tff.learning.algorithms.build_unweighted_fed_avg`
              loop without DP (client SGD, server SGD momentum 0.95, both --learning-rate) on the same model
@@ -123,6 +124,9 @@ def so_round(args, task) -> None:
   noise = server.HostNoise(stream, shapes, seed=1)
   state = server.initial_server_state(weights)
   datasets = [task.client_dataset(i) for i in range(args.clients)]
+  # The machine's speed moves by up to a third from minute to minute (a shared 2-core VM;
+  # docs/benchmarks.md §4), so the matmul rate is measured before every round and after the last,
+  # and each round is set against the mean of the two rates beside it.
   rate = matmul_rate()
   print(
     f"so-round: {args.clients} clients × {args.sentences} sentences × 20 tokens, {args.model} "
@@ -140,12 +144,16 @@ def so_round(args, task) -> None:
       state, result.clipped_sum, noise.next(), 1.0, args.clients, args.learning_rate, 0.95
     )
     total = time.perf_counter() - start
+    rate_after = matmul_rate()
+    limit = round_flops / ((rate + rate_after) / 2)
     print(
       f"  round {r}: {total:.1f} s (federated part {federated:.1f} s, host step "
-      f"{total - federated:.2f} s) = {total * rate / round_flops:.2f} × the compute limit; "
+      f"{total - federated:.2f} s) = {total / limit:.2f} × the compute limit {limit:.1f} s "
+      f"(matmul rate {rate / 1e9:.1f} before, {rate_after / 1e9:.1f} GFLOP/s after); "
       f"loss {result.loss:.3f}; load {os.getloadavg()[0]:.2f}",
       flush=True,
     )
+    rate = rate_after
 
 
 def vs_fedavg(args, task, worker_pid=None) -> None:
@@ -286,9 +294,15 @@ def main(argv=None) -> int:
     args.model, args.vocab, args.sentences = "lstm-small", 200, 16
     args.clients, args.vs_clients, args.rounds, args.n, args.bands = 4, 2, 1, 8, 2
   from fedmf.tff.context import local_execution_context
+  from fedmf.tff.worker_threads import worker_environment
 
   task = synthetic_task(args, max(args.clients, args.vs_clients) * 4)
-  with local_execution_context() as ctx:
+  # The worker's threads as `fedmf simulate` sets them (fedmf.tff.worker_threads; an exported
+  # TF_NUM_INTRAOP_THREADS wins, e.g. the number of cores for TF's default).
+  concurrent = min(20, args.clients, args.vs_clients)
+  env = worker_environment(concurrent)
+  print(f"worker environment: {env or 'TF defaults'}", flush=True)
+  with local_execution_context(worker_env=env) as ctx:
     if "so-round" in args.mode:
       so_round(args, task)
     if "vs-fedavg" in args.mode:

@@ -43,6 +43,13 @@ logger = logging.getLogger("fedmf.train")
 CLIENTS_PER_CALL = {"lstm-paper": 20, "lstm-small": 50}
 
 
+def concurrent_clients(config) -> int:
+  """The clients one TFF call of a full round runs at once: the round's clients, in chunks of
+  `clients_per_call` (the platform's, else the model's default)."""
+  per_call = config.platform.clients_per_call or CLIENTS_PER_CALL.get(config.task.model)
+  return min(config.program.clients_per_round, per_call or config.program.clients_per_round)
+
+
 @dataclasses.dataclass
 class RoundRecord:
   """What one round did (a row of metrics.csv)."""

@@ -20,15 +20,24 @@ logger = logging.getLogger("fedmf.platform")
 
 
 @contextlib.contextmanager
-def execution(platform: PlatformConfig, log_dir: Optional[str] = None) -> Iterator[object]:
+def execution(
+  platform: PlatformConfig,
+  log_dir: Optional[str] = None,
+  concurrent_clients: Optional[int] = None,
+) -> Iterator[object]:
   """Installs the TFF execution context `platform` names; yields the `WorkerPool` (None for one
-  local worker)."""
+  local worker). Local workers run one intra-op thread per op when `concurrent_clients` (the
+  clients of one TFF call) fill the cores (`fedmf.tff.worker_threads`)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from fedmf.tff import context as context_lib  # pylint: disable=g-import-not-at-top
   from fedmf.tff import workers as workers_lib  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import worker_threads  # pylint: disable=g-import-not-at-top
 
+  env = worker_threads.worker_environment(concurrent_clients)
+  if env:
+    logger.info("local TFF workers run one intra-op thread per op (%s=1)", worker_threads.INTRA_OP)
   if platform.workers == 0:
-    with context_lib.local_execution_context(isolation=platform.worker_isolation):
+    with context_lib.local_execution_context(isolation=platform.worker_isolation, worker_env=env):
       yield None
     return
   pool = workers_lib.WorkerPool(
@@ -37,6 +46,7 @@ def execution(platform: PlatformConfig, log_dir: Optional[str] = None) -> Iterat
     timeout_s=platform.worker_timeout_s,
     isolation=platform.worker_isolation,
     log_dir=log_dir,
+    worker_env=env,
   )
   try:
     # Computations are built (not run) in a context; the first worker's serves, so that TFF's own

@@ -67,7 +67,9 @@ def run_simulation(
   for leftover in run_manifest.leftover_staging(Path(os.path.realpath(out))):
     logger.warning("%s", run_manifest.leftover_message(leftover))
   start = time.perf_counter()
-  with platform.execution(config.platform) as pool:
+  with platform.execution(
+    config.platform, concurrent_clients=loop.concurrent_clients(config)
+  ) as pool:
     run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
     platform.attach(run, pool)
     # The run is written beside OUT and moved into place only when it has finished.

@@ -293,7 +293,9 @@ def run_training(
       manifest = run_manifest.start(root, "train", run_id, rounds=config.program.rounds)
       checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
-      with platform.execution(config.platform, log_dir=str(root)) as pool:
+      with platform.execution(
+        config.platform, log_dir=str(root), concurrent_clients=loop.concurrent_clients(config)
+      ) as pool:
         run = loop.build_run(config, noise=False)  # The seed may come from the checkpoint.
         platform.attach(run, pool)
         try:

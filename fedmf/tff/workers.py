@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow_federated as tff
@@ -98,6 +98,7 @@ class WorkerPool:
     log_dir: Optional[str] = None,
     isolation: Optional[str] = None,
     unreachable_grace_s: float = _UNREACHABLE_GRACE_S,
+    worker_env: Optional[Mapping[str, str]] = None,
   ):
     if threading.current_thread() is not threading.main_thread():
       raise RuntimeError("start TFF workers from the main thread (PR_SET_PDEATHSIG)")
@@ -110,7 +111,7 @@ class WorkerPool:
           raise ValueError(f"workers must be >= 1, got {workers}")
         for i in range(workers):
           log_path = None if log_dir is None else os.path.join(log_dir, f"worker-{i}.log")
-          service = context_lib.WorkerService(-1, log_path, isolation)
+          service = context_lib.WorkerService(-1, log_path, isolation, worker_env)
           service.get_stub()  # Start now, from this (main) thread.
           self._add(f"local worker {i}", service, default_num_clients)
       else:
