@@ -97,6 +97,11 @@ def main(argv=None) -> int:
       wall[k].append((time.perf_counter() - t0) / 5)
       cpu[k].append((_cpu() - c0) / 5)
   base_wall, base_cpu = statistics.median(wall["matmuls"]), statistics.median(cpu["matmuls"])
+
+  def times(value: float, base: float) -> str:
+    # os.times() ticks every 10 ms: a tiny run (the smoke test) can measure 0 CPU seconds.
+    return f"x{value / base:.2f}" if base > 0 else "x-"
+
   print(
     f"output layer [{rows}, {width}] x [{width}, {args.classes}], intra-op threads "
     f"{args.threads or 'default'}; load {os.getloadavg()[0]:.2f}"
@@ -104,8 +109,8 @@ def main(argv=None) -> int:
   for k in arms:
     w, c = statistics.median(wall[k]), statistics.median(cpu[k])
     print(
-      f"  {k:14s} wall {w * 1e3:6.1f} ms (x{w / base_wall:.2f} matmuls)  CPU {c * 1e3:6.1f} ms "
-      f"(x{c / base_cpu:.2f})"
+      f"  {k:14s} wall {w * 1e3:6.1f} ms ({times(w, base_wall)} matmuls)  CPU {c * 1e3:6.1f} ms "
+      f"({times(c, base_cpu)})"
     )
   return 0
 
