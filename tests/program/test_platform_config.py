@@ -80,3 +80,24 @@ def test_unreadable_or_non_pem_certificates_are_named(tmp_path, certs):
     with pytest.raises(ConfigError, match=expected) as e:
       _load(tmp_path, text)
     assert str(ca) in str(e.value)
+
+
+@pytest.mark.parametrize(
+  "settings, expected",
+  [
+    (["model=lstm-paper", "clients_per_round=100"], 20),  # the model's chunks of 20
+    (["model=lstm-paper", "clients_per_round=10"], 10),  # one chunk: the round's clients
+    (["model=lstm-small", "clients_per_round=100"], 50),
+    (["model=lstm-paper", "clients_per_round=100", "clients_per_call=4"], 4),
+    (["model=lstm-paper", "clients_per_round=3", "clients_per_call=8"], 3),
+  ],
+)
+def test_concurrent_clients_are_the_clients_of_one_call(settings, expected):
+  from fedmf.program import loop  # pylint: disable=import-outside-toplevel
+
+  assert (
+    loop.concurrent_clients(
+      load_config(None, ["noise_multiplier=0", "participation.min_sep=5", *settings])
+    )
+    == expected
+  )
