@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 from typing import Any, Optional
@@ -157,7 +158,7 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
     if checkpoint and done < c.program.rounds:
       await program.model_manager.release(run.server.weights, done)
     records.append(record)
-    program.progress.update(r, _progress_fields(run, records, accuracy))
+    program.progress.update(r, functools.partial(_progress_fields, run, records, accuracy))
   if stopped_by_budget or run.server.round < c.program.rounds:
     # The state of the last completed round, so a rerun does not redo released rounds.
     with contextlib.suppress(Exception):

@@ -15,7 +15,7 @@ import io
 import math
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from fedmf import atomic_files
 from fedmf import jsonio
@@ -112,16 +112,21 @@ class Progress:
         total=total, initial=initial, unit="round", file=self.stream, dynamic_ncols=True
       )
 
-  def update(self, round_index: int, fields: dict[str, str]) -> None:
+  def update(self, round_index: int, fields: Callable[[], dict[str, str]]) -> None:
+    """Counts round `round_index`; `fields()` is called only when they are shown (on the bar
+    every `every` rounds and at the end, or on a printed line): the realized ε they hold costs
+    an accountant call per new round count (1.9 s for a tree at n = 1,500 on 2 shared cores)."""
     if not self.enabled:
       return
+    done = round_index + 1
+    shown = done % self.every == 0 or done == self.total
     if self._bar is not None:
       self._bar.update(1)
-      self._bar.set_postfix(fields, refresh=False)
+      if shown or self._bar.postfix is None:
+        self._bar.set_postfix(fields(), refresh=False)
       return
-    done = round_index + 1
-    if done % self.every == 0 or done == self.total:
-      text = "  ".join(f"{k} {v}" for k, v in fields.items())
+    if shown:
+      text = "  ".join(f"{k} {v}" for k, v in fields().items())
       print(f"round {done}/{self.total}  {text}", file=self.stream, flush=True)
 
   def close(self) -> None:

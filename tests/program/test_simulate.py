@@ -3,6 +3,7 @@ participation models' guarantees checked by the auditor on the logs they write."
 
 import csv
 import json
+import math
 import os
 
 import numpy as np
@@ -275,7 +276,7 @@ def test_own_data_example_runs(tmp_path, capsys, cache_dir):
   assert all(c.startswith("user-") for c in ids.column("client_id").to_pylist())
 
 
-def test_compare_mechanisms_runs_each_mechanism_at_the_same_epsilon_and_reuses(
+def test_compare_mechanisms_runs_each_arm_at_the_same_epsilon_and_resumes(
   tmp_path, capsys, cache_dir
 ):
   import importlib.util
@@ -286,22 +287,45 @@ def test_compare_mechanisms_runs_each_mechanism_at_the_same_epsilon_and_reuses(
   compare = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(compare)
   out = tmp_path / "compare"
-  args = ["--out", str(out), "--seeds", "0", "--mechanisms", "dpsgd,blt", "--epsilon", "6"]
+  args = ["--out", str(out), "--seeds", "0", "--arms", "dpsgd,blt-k1-2", "--epsilon", "6"]
+  args += ["--end-evaluations", "2", "--label", "tiny"]
   for item in TINY:
     args += ["--set", item]
   assert compare.main(args) == 0
   first = json.loads((out / "results.json").read_text())
-  assert [r["mechanism"] for r in first] == ["dpsgd", "blt"]
-  for r in first:  # Calibrated alike; the realized participation may cost less than planned.
-    summary = json.loads((out / "runs" / f"{r['mechanism']}-seed0" / "summary.json").read_text())
-    assert abs(summary["planned_epsilon"] - 6) < 0.05
+  assert (
+    first["format"] == compare.RESULTS_FORMAT and len(first["code"]["commit"] or "x" * 40) == 40
+  )
+  runs = first["runs"]
+  assert [(r["label"], r["arm"], r["seed"]) for r in runs] == [
+    ("tiny", "blt-k1-2", 0),
+    ("tiny", "dpsgd", 0),
+  ]
+  for r in runs:  # Calibrated alike; the realized participation may cost less than planned.
+    run_dir = out / "runs" / "tiny" / f"{r['arm']}-seed0"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert abs(r["planned_epsilon"] - 6) < 0.05 and r["finished"]
     assert 0 < r["audited_epsilon"] <= summary["planned_epsilon"] + 1e-9
-  assert first[0]["noise_multiplier"] != first[1]["noise_multiplier"]
+    assert r["metrics"]["round"] == list(range(8)) and len(r["metrics"]["loss"]) == 8
+    evals = r["metrics"]["evaluations"]
+    assert evals["round"] == [3, 7]
+    assert r["final_accuracy"] == evals["accuracy"][-1]  # 9 digits: float32 round-trips
+    assert r["final_accuracy"] == pytest.approx(summary["final_test_accuracy"], rel=1e-8)
+    assert r["end_accuracy"] == pytest.approx(sum(evals["accuracy"]) / 2)
+    assert r["config"]["seed"] == 0 and r["config"]["noise_seed"] == 1000
+    assert r["rms_loss"] > 0 and r["max_loss"] >= r["rms_loss"]
+  blt, dpsgd = runs
+  # The k = 1 BLT is a strategy file, accounted under the run's own (n, b, k) = (8, 3, 3).
+  assert blt["config"]["strategy"].endswith("blt-n8-b3-k1-2buffers.json")
+  assert blt["strategy_json"]["optimized_for"]["max_participations"] == 1
+  assert dpsgd["rms_loss"] == pytest.approx(math.sqrt(3 * 36 / 8))  # √k · ‖A‖_F/√n, A = prefix sums
+  assert blt["noise_multiplier"] != dpsgd["noise_multiplier"]
   table = (out / "results.md").read_text()
-  assert "| dpsgd |" in table and "| blt |" in table and (out / "accuracy.png").stat().st_size
+  assert "| dpsgd |" in table and "| blt-k1-2 |" in table
+  assert (out / "accuracy-tiny.png").stat().st_size
   capsys.readouterr()
-  assert compare.main(args + ["--reuse"]) == 0
-  assert capsys.readouterr().err.count("reusing") == 2
+  assert compare.main(args) == 0  # Finished runs are kept, not rerun.
+  assert capsys.readouterr().err.count("finished:") == 2
   assert json.loads((out / "results.json").read_text()) == first
 
 
