@@ -18,7 +18,7 @@ last checkpoint and keeps the finished ones. OUT holds:
 
   python simulations/compare_mechanisms.py --out OUT [--label LABEL] [--seeds 0,1,2]
       [--epsilon 8] [--arms dpsgd,tree,bandmf,blt] [--config FILE] [--set KEY=VALUE ...]
-      [--jobs J] [--end-evaluations M] [--collect-only]
+      [--setting LABEL:KEY=VALUE,... ...] [--jobs J] [--end-evaluations M] [--collect-only]
 
 Arms: dpsgd, tree (online-Honaker decoder), bandmf (b̂ = min-sep), bandmf-B (b̂ = B), blt
 (automatic buffers), blt-D (D buffers), blt-kK-D (a D-buffer BLT optimized for K participations
@@ -109,11 +109,25 @@ def _blt_for_participations(out: Path, n: int, min_sep: int, k: int, buffers: in
 # Runs.
 
 
-def run_overrides(args, arm: str, seed: int, out: Path, base: str) -> list[str]:
+def parse_settings(args) -> list[tuple[str, list[str]]]:
+  """[(label, overrides)]: each --setting LABEL[:KEY=VALUE,...], or the one --label."""
+  if not args.settings:
+    return [(args.label, [])]
+  out = []
+  for spec in args.settings:
+    label, _, rest = spec.partition(":")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", label):
+      raise SystemExit(f"compare_mechanisms.py: bad --setting label {label!r}")
+    out.append((label, [item for item in rest.split(",") if item]))
+  return out
+
+
+def run_overrides(args, arm: str, seed: int, out: Path, base: str, extra=()) -> list[str]:
   from fedmf.program.config import load_config
 
   common = [
     *args.overrides,
+    *extra,
     f"seed={seed}",
     f"noise_seed={1000 + seed}",
     f"target_epsilon={args.epsilon}",
@@ -152,13 +166,14 @@ def _job_slots(out: Path, default: int) -> int:
     return default
 
 
-def train_all(args, out: Path, base: str, plan: list[tuple[str, int, str]]) -> list[str]:
-  """Runs (or resumes) every (label, seed, arm) of `plan`; returns the failures."""
+def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, str]]) -> list[str]:
+  """Runs (or resumes) every (label, setting overrides, seed, arm) of `plan`, in its order;
+  returns the failures."""
   from fedmf.program.config import load_config
 
   todo = []
-  for label, seed, arm in plan:
-    overrides = run_overrides(args, arm, seed, out, base)
+  for label, extra, seed, arm in plan:
+    overrides = run_overrides(args, arm, seed, out, base, extra)
     config = load_config(base, overrides)
     run_dir = out / "runs" / label / f"{arm}-seed{seed}"
     if _finished(run_dir, config.to_dict()):
@@ -442,6 +457,15 @@ def main(argv=None) -> int:
   )
   parser.add_argument("--out", required=True)
   parser.add_argument("--label", default="default", help="the setting's name (runs/LABEL/)")
+  parser.add_argument(
+    "--setting",
+    dest="settings",
+    action="append",
+    default=[],
+    metavar="LABEL[:KEY=VALUE,...]",
+    help="a setting: its label and its own overrides (repeatable; replaces --label). Runs go "
+    "seed by seed: every setting's arms for the first seed, then the next seed",
+  )
   parser.add_argument("--config", default=None, help="base config (default: the default config)")
   parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
   parser.add_argument("--seeds", default="0,1,2")
@@ -461,7 +485,12 @@ def main(argv=None) -> int:
   base = args.config or str(default_config_path())
   failures = []
   if not args.collect_only:
-    plan = [(args.label, seed, arm) for seed in seeds for arm in arms]
+    plan = [
+      (label, extra, seed, arm)
+      for seed in seeds
+      for label, extra in parse_settings(args)
+      for arm in arms
+    ]
     failures = train_all(args, out, base, plan)
   results = collect(out, args.end_evaluations)
   write_results(results, out / "results.json")
