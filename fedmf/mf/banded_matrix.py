@@ -13,8 +13,9 @@ Implemented here (pure functions of theta; the noise stream is `fedmf.mf.banded_
 optimizer `fedmf.mf.banded_optimize`, the strategy `fedmf.mf.banded.BandMF`):
 - conversion and normalization (`columns_to_theta`, `normalize_columns`, `banded_matrix`);
 - ‖row_t(C⁻¹)‖² by selected inversion (`inverse_row_sq_norms`);
-- the per-round squared error, i.e. squared row norms of B = A C⁻¹, in O(n²b̂) time and O(n b̂)
-  memory for the prefix workload (Scaling BandMF Alg. 3, corrected in docs/mechanisms.md);
+- the per-round squared error, i.e. squared row norms of B = A C⁻¹, for the prefix workload by
+  the block recursion of `fedmf.mf.banded_blocks` (O(n·b̂²) time, O(n b̂) memory) and, as an
+  independent check, by Scaling BandMF Alg. 3 (corrected in docs/mechanisms.md, O(n²b̂));
 - ‖A C⁻¹‖²_F and its gradient in the column-normalized parametrization;
 - X = CᵀC ↔ C by banded reverse Cholesky (BandMF Prop 4.1);
 - the resource estimates of the banded sensitivity and errors.
@@ -31,6 +32,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import scipy.linalg
 
+from fedmf.mf import banded_blocks
 from fedmf.mf import resources
 from fedmf.mf import workloads as workloads_lib
 
@@ -203,9 +205,11 @@ def inverse_row_sq_norms(theta: np.ndarray) -> np.ndarray:
 def decoder_row_sq_norms(theta: np.ndarray, workload: np.ndarray | None = None) -> np.ndarray:
   """Squared row norms ‖row_i(A C⁻¹)‖² (per-round squared error, sensitivity excluded).
 
-  Prefix workload (workload None or the ones matrix): Scaling BandMF Alg. 3 as corrected in docs/mechanisms.md. Row i of
-  C⁻¹ comes from banded forward substitution, y_i = (e_i - Σ_{j=i-b̂+1}^{i-1} C_ij y_j) / C_ii, and
-  row i of B is b_i = b_{i-1} + y_i. O(n²b̂) time, O(n b̂) memory.
+  Prefix workload (workload None or the ones matrix): A C⁻¹ = (C D)⁻¹ with D = A⁻¹ bidiagonal,
+  and the row norms are the diagonal of (CD)⁻¹(CD)⁻ᵀ, by block selected inversion
+  (`fedmf.mf.banded_blocks`): O(n·s²) time with s = max(b̂ + 1, 64), O(n·b̂ + s²) memory. (Scaling
+  BandMF Alg. 3 forms each row of A C⁻¹ instead, O(n²·b̂); tests/mf/test_banded.py checks both
+  against the dense B.)
 
   Other workloads: dense B = A C⁻¹ with `scipy.linalg.solve_triangular` (O(n³), O(n²) memory).
 
@@ -228,6 +232,16 @@ def decoder_row_sq_norms(theta: np.ndarray, workload: np.ndarray | None = None) 
     # B = A C⁻¹  ⇔  Bᵀ = C⁻ᵀ Aᵀ.
     b_t = scipy.linalg.solve_triangular(c, a.T, trans='T', lower=True, check_finite=False)
     return np.einsum('ij,ij->j', b_t, b_t)
+  return banded_blocks.row_sq_norms(_zero_out_of_range(theta.copy()))
+
+
+def decoder_row_sq_norms_by_rows(theta: np.ndarray) -> np.ndarray:
+  """The same for the prefix sum by Scaling BandMF Alg. 3 (corrected in docs/mechanisms.md): row
+  i of C⁻¹ by banded forward substitution, y_i = (e_i - Σ_{j=i-b̂+1}^{i-1} C_ij y_j) / C_ii, and row
+  i of B is b_i = b_{i-1} + y_i. O(n²b̂) time, O(n b̂) memory; an independent check of the block
+  recursion (tests)."""
+  theta = np.asarray(theta, dtype=np.float64)
+  bands, n = theta.shape
   m = bands - 1
   rows = np.zeros((max(m, 1), n), dtype=np.float64)  # ring buffer of the last m rows of C⁻¹
   acc = np.zeros(n, dtype=np.float64)  # b_i, row i of B = A C⁻¹
@@ -283,8 +297,10 @@ def loss_sq_and_grad(
 
   C(Θ) has column j equal to Θ[:, j] / ‖Θ[:, j]‖ (in-range entries; Scaling BandMF §3.1). With F = A C⁻¹ and
   M = F C⁻ᵀ = A X⁻¹, ∂‖F‖²/∂C = -2 Fᵀ M restricted to the band, and the normalization chain rule is
-  ∂/∂θ_j = (g_j - c_j ⟨c_j, g_j⟩) / ‖θ_j‖. Dense O(n³) time in LAPACK/BLAS-3 (a triangular inverse
-  plus ~n³/2 flops of blocked products), O(n²) memory. The workload must be lower triangular.
+  ∂/∂θ_j = (g_j - c_j ⟨c_j, g_j⟩) / ‖θ_j‖. For the prefix sum the value and ∂/∂C come from the block
+  recursion of `fedmf.mf.banded_blocks` (O(n·b̂²) time in BLAS-3, O(n·b̂) memory); other workloads
+  take the dense route: O(n³) time in LAPACK/BLAS-3 (a triangular inverse plus ~n³/2 flops of
+  blocked products), O(n²) memory. The workload must be lower triangular.
 
   Args:
     theta: (bands × n) raw parameters (normalized internally).
@@ -305,20 +321,39 @@ def loss_sq_and_grad(
   return value, grad
 
 
+ROUTES = ('auto', 'blocks', 'dense')
+
+
 def loss_and_grad_with_row_weights(
   theta: np.ndarray,
   workload: np.ndarray | None,
   weights: Callable[[np.ndarray], tuple[float, np.ndarray | None]],
+  route: str = 'auto',
 ) -> tuple[float, np.ndarray, np.ndarray]:
   """Gradient of any objective φ(r) of the squared row norms r_i = ‖row_i(A C(Θ)⁻¹)‖².
 
   `weights(r)` returns (φ(r), w) with w = ∂φ/∂r (None means all ones); the Θ-gradient is that of
-  Σ_i w_i r_i at fixed w (see `loss_sq_and_grad`). Returns (φ(r), grad, r).
+  Σ_i w_i r_i at fixed w (see `loss_sq_and_grad`). Returns (φ(r), grad, r). `route` 'auto' takes
+  the block recursion for the prefix sum and the dense route otherwise; 'dense' forces the dense
+  route (the same-run baseline of benchmarks/bandmf_benchmark.py, and a cross-check in tests).
   """
+  if route not in ROUTES:
+    raise ValueError(f'route must be one of {ROUTES}, got {route!r}')
   theta = _zero_out_of_range(np.array(theta, dtype=np.float64))
   bands, n = theta.shape
   norms = np.sqrt(np.sum(theta * theta, axis=0))
   c_theta = theta / norms
+  prefix_sum = workloads_lib.is_prefix_sum(workload)
+  if route == 'blocks' and not prefix_sum:
+    raise ValueError("route 'blocks' needs the prefix-sum workload")
+  if prefix_sum and route != 'dense':
+    # The block recursion (`fedmf.mf.banded_blocks`): O(n·b̂²) in BLAS-3, no n×n matrix.
+    prefix = banded_blocks.PrefixError(c_theta)
+    row_sq = prefix.row_sq
+    value, w = weights(row_sq)
+    g = prefix.gradient(w)
+    grad = (g - c_theta * np.sum(c_theta * g, axis=0)) / norms
+    return value, grad, row_sq
   c = banded_matrix(c_theta)
   c_inv, info = scipy.linalg.lapack.dtrtri(c, lower=1)
   if info != 0:
@@ -420,11 +455,34 @@ def banded_sensitivity_cost(schema, bands: int) -> Optional[resources.Cost]:
 
 
 def banded_error_cost(n: int, bands: int) -> resources.Cost:
-  """Cost of `decoder_row_sq_norms` for the prefix sum: O(n²b̂) time, O(n b̂) memory."""
+  """Cost of `decoder_row_sq_norms` for the prefix sum: the block recursion's forward pass."""
   bands = min(bands, n)
+  macs, floats = banded_blocks.pass_cost(n, bands, gradient=False)
   return resources.Cost.of(
-    f"the O(n²·b̂) banded recursion for the errors (n={n}, b̂={bands})",
-    resources.FLOAT * (4.0 * bands * float(n) + 6.0 * n),
-    # Row i costs (2(b̂-1) + 8)·i vector operations: the band product and the running sums.
-    float(n) / resources.PYTHON_RATE + (bands + 3.0) * float(n) ** 2 / resources.VECTOR_RATE,
+    f"the O(n·b̂²) block recursion for the errors (n={n}, b̂={bands})",
+    resources.FLOAT * (floats + bands * float(n)) + _block_index_bytes(n, bands),
+    macs / resources.DENSE_RATE + _block_python_seconds(n, bands),
   )
+
+
+def banded_gradient_cost(n: int, bands: int) -> resources.Cost:
+  """Cost of one `loss_and_grad_with_row_weights` for the prefix sum (forward and reverse pass,
+  the normalization and its chain rule)."""
+  bands = min(bands, n)
+  macs, floats = banded_blocks.pass_cost(n, bands, gradient=True)
+  return resources.Cost.of(
+    f"the O(n·b̂²) block recursion and its reverse pass (n={n}, b̂={bands})",
+    resources.FLOAT * (floats + 4.0 * bands * float(n)) + _block_index_bytes(n, bands),
+    macs / resources.DENSE_RATE + 2.0 * _block_python_seconds(n, bands),
+  )
+
+
+def _block_index_bytes(n: int, bands: int) -> float:
+  # `banded_blocks._BandIndex`: per block shape an s×s index pass (int64 lags, mask, positions).
+  s = banded_blocks.block_size(bands, n)
+  return 3.0 * 40.0 * s * s
+
+
+def _block_python_seconds(n: int, bands: int) -> float:
+  # About 40 Python-level operations per block (slicing, BLAS calls, band gathers).
+  return 40.0 * math.ceil(n / banded_blocks.block_size(bands, n)) / resources.PYTHON_RATE

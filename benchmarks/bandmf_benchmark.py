@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""General BandMF at the papers' size: the block recursion against the dense route, in one run.
+
+  .venv/bin/python benchmarks/bandmf_benchmark.py [--n 2052 --bands 342 --max-participations 6]
+      [--repeats 3] [--skip-dense-optimize] [--skip-cli] [--json FILE]
+
+Prints, for the same (n, b̂) and in the same process:
+  1. one loss-and-gradient evaluation at the optimizer's start, by the dense route (a triangular
+     inverse of the n×n C and blocked products, O(n³): what `fedmf strategy optimize` did before)
+     and by the block recursion (fedmf.mf.banded_blocks, O(n·b̂²)): best wall and CPU seconds of
+     --repeats, and how much of the time each part takes (forward pass, reverse pass);
+  2. the whole optimization (`banded_optimize.optimize_bandmf`, default stopping rule) by both
+     routes: wall and CPU seconds, iterations, evaluations, ‖A C⁻¹‖²_F and RmsLoss;
+  3. the command users run, end to end in a fresh process (imports, optimization, evaluation and
+     the JSON output): `fedmf strategy optimize --mechanism bandmf --n N --min-sep B
+     --max-participations K --json`, wall seconds and its RmsLoss.
+Ratios are dense / blocks (higher: the block recursion is faster). The machine's load average is
+printed before and after: on the shared 2-core machine other processes inflate wall times, the
+CPU seconds much less. jax_privacy's optimizer on the same problem: benchmarks/strategy_benchmark.py
+--cases bandmf (docs/benchmarks.md §1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _timed(fn):
+  wall, cpu = time.perf_counter(), time.process_time()
+  out = fn()
+  return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _best(fn, repeats):
+  runs = [_timed(fn) for _ in range(repeats)]
+  return runs[0][0], min(r[1] for r in runs), min(r[2] for r in runs)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument("--n", type=int, default=2052)
+  parser.add_argument("--bands", type=int, default=342)
+  parser.add_argument("--max-participations", type=int, default=6)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--skip-dense-optimize", action="store_true")
+  parser.add_argument("--skip-cli", action="store_true")
+  parser.add_argument("--json", metavar="FILE")
+  args = parser.parse_args(argv)
+
+  import numpy as np
+
+  from fedmf.mf import banded_blocks, banded_matrix, banded_optimize
+
+  n, bands, k = args.n, args.bands, args.max_participations
+  sens_sq = banded_matrix.sensitivity_sq(n, bands, bands, k)
+  out = {"n": n, "bands": bands, "max_participations": k, "load_before": os.getloadavg()}
+  print(f"n = {n}, b̂ = {bands}, k = {k}; load average {out['load_before'][0]:.1f}", flush=True)
+
+  theta = banded_optimize.warm_start_theta(n, bands)
+
+  def evaluate(route):
+    return banded_matrix.loss_and_grad_with_row_weights(
+      theta, None, lambda r: (float(np.sum(r)), None), route
+    )
+
+  (dense, d_wall, d_cpu) = _best(lambda: evaluate("dense"), args.repeats)
+  (blocks, b_wall, b_cpu) = _best(lambda: evaluate("blocks"), args.repeats)
+  c = banded_matrix.normalize_columns(theta, n)
+  (prefix, f_wall, f_cpu) = _best(lambda: banded_blocks.PrefixError(c), args.repeats)
+  (_, r_wall, r_cpu) = _best(prefix.gradient, args.repeats)
+  agree = float(np.max(np.abs(blocks[1] - dense[1])) / np.max(np.abs(dense[1])))
+  out["evaluation"] = {
+    "dense": {"wall": d_wall, "cpu": d_cpu},
+    "blocks": {"wall": b_wall, "cpu": b_cpu, "forward_cpu": f_cpu, "reverse_cpu": r_cpu},
+    "relative_gradient_difference": agree,
+    "loss_sq": [dense[0], blocks[0]],
+  }
+  print("\none evaluation (loss and gradient), best of", args.repeats)
+  print(f"  dense route     wall {d_wall:6.3f} s  CPU {d_cpu:6.3f} s")
+  print(
+    f"  block recursion wall {b_wall:6.3f} s  CPU {b_cpu:6.3f} s  (forward {f_cpu:.3f}, "
+    f"reverse {r_cpu:.3f} CPU s)  ×{d_wall / b_wall:.2f} wall, ×{d_cpu / b_cpu:.2f} CPU"
+  )
+  print(f"  loss {dense[0]:.6f} / {blocks[0]:.6f}; gradients differ by {agree:.1e} (relative)")
+
+  def optimize(route):
+    theta_opt, info = banded_optimize.optimize_bandmf(n, bands, bands, k, route=route)
+    return info
+
+  rows = {}
+  for route in ("blocks",) + (() if args.skip_dense_optimize else ("dense",)):
+    info, wall, cpu = _timed(lambda route=route: optimize(route))
+    rows[route] = {
+      "wall": wall,
+      "cpu": cpu,
+      "iterations": info["iterations"],
+      "evaluations": info["evaluations"],
+      "loss_sq": info["loss_sq"],
+      "rms_loss": math.sqrt(sens_sq * info["loss_sq"] / n),
+    }
+  out["optimize"] = rows
+  print("\nthe whole optimization (default stopping rule)")
+  for route, r in rows.items():
+    ratio = (
+      f"  ×{rows['dense']['wall'] / r['wall']:.2f} wall, ×{rows['dense']['cpu'] / r['cpu']:.2f} CPU"
+      if "dense" in rows and route == "blocks"
+      else ""
+    )
+    print(
+      f"  {route:<6} wall {r['wall']:7.2f} s  CPU {r['cpu']:7.2f} s  {r['iterations']} iterations, "
+      f"{r['evaluations']} evaluations, ‖AC⁻¹‖²_F {r['loss_sq']:.4f}, RmsLoss {r['rms_loss']:.6f}"
+      + ratio
+    )
+
+  if not args.skip_cli:
+    with tempfile.TemporaryDirectory() as tmp:
+      cmd = [
+        sys.executable,
+        "-m",
+        "fedmf.cli.main",
+        "strategy",
+        "optimize",
+        "--mechanism",
+        "bandmf",
+        "--n",
+        str(n),
+        "--min-sep",
+        str(bands),
+        "--max-participations",
+        str(k),
+        "--out",
+        os.path.join(tmp, "bandmf.json"),
+        "--json",
+        "--no-progress",
+      ]
+      start = time.perf_counter()
+      proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+      wall = time.perf_counter() - start
+    result = json.loads(proc.stdout)
+    shown = "fedmf " + " ".join(cmd[3:-4]) + " --out FILE --json"
+    out["cli"] = {"command": shown, "wall": wall, "rms_loss": result["rms_loss"]}
+    print(f"\n`{shown}`")
+    print(f"  end to end wall {wall:.2f} s, RmsLoss {result['rms_loss']:.6f}")
+
+  out["load_after"] = os.getloadavg()
+  print(f"\nload average after: {out['load_after'][0]:.1f}")
+  if args.json:
+    Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

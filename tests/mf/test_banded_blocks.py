@@ -1,0 +1,98 @@
+"""The block recursion for the prefix-sum error of a banded C against the dense formulas.
+
+The dense references are computed here from their definitions: F = A C⁻¹ with numpy's inverse,
+r_i = ‖row_i(F)‖², and ∂(Σ w_i r_i)/∂C = -2 Fᵀ diag(w) F C⁻ᵀ (the gradient of ‖diag(√w) F‖²_F,
+BandMF Eq. 3-4 differentiated), restricted to C's band.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedmf.mf import banded_blocks, banded_matrix
+
+
+def _random_theta(rng, n, bands):
+  theta = rng.standard_normal((bands, n)) / np.sqrt(bands)
+  theta[0] = 1.5 + np.abs(theta[0])  # diagonally dominant: C⁻¹ stays moderate at n = 200
+  for r in range(1, bands):
+    theta[r, n - r :] = 0.0
+  return theta
+
+
+def _dense(theta, weights):
+  n = theta.shape[1]
+  c = banded_matrix.banded_matrix(theta)
+  c_inv = np.linalg.inv(c)
+  f = np.tril(np.ones((n, n))) @ c_inv
+  row_sq = np.sum(f * f, axis=1)
+  grad_c = -2.0 * f.T @ (weights[:, None] * f) @ c_inv.T
+  return row_sq, banded_matrix.theta_from_matrix(np.tril(grad_c), theta.shape[0])
+
+
+CASES = [(1, 1), (9, 3), (40, 1), (50, 7), (64, 63), (65, 64), (37, 37), (130, 20), (200, 70)]
+
+
+@pytest.mark.parametrize("n,bands", CASES)
+@pytest.mark.parametrize("min_block", [4, banded_blocks.MIN_BLOCK])
+def test_row_norms_and_gradient_match_the_dense_formulas(n, bands, min_block, monkeypatch):
+  monkeypatch.setattr(banded_blocks, "MIN_BLOCK", min_block)  # many blocks, and the default
+  rng = np.random.default_rng(n * 1000 + bands)
+  theta = _random_theta(rng, n, bands)
+  weights = rng.random(n)
+  want_rows, want_grad = _dense(theta, weights)
+  got = banded_blocks.PrefixError(theta)
+  np.testing.assert_allclose(got.row_sq, want_rows, rtol=1e-10)
+  np.testing.assert_allclose(got.gradient(weights), want_grad, rtol=1e-8, atol=1e-10)
+  np.testing.assert_allclose(
+    banded_blocks.row_sq_norms(theta), banded_matrix.decoder_row_sq_norms_by_rows(theta), rtol=1e-10
+  )
+
+
+def test_gradient_matches_finite_differences():
+  rng = np.random.default_rng(7)
+  n, bands = 30, 5
+  theta = _random_theta(rng, n, bands)
+  weights = rng.random(n)
+  grad = banded_blocks.PrefixError(theta).gradient(weights)
+
+  def phi(t):
+    return float(weights @ banded_blocks.row_sq_norms(t))
+
+  eps = 1e-6
+  for r, j in [(0, 0), (0, 29), (1, 3), (4, 10), (4, 25), (2, 27)]:
+    up, down = theta.copy(), theta.copy()
+    up[r, j] += eps
+    down[r, j] -= eps
+    assert grad[r, j] == pytest.approx((phi(up) - phi(down)) / (2 * eps), rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("route", ["auto", "blocks"])
+def test_the_column_normalized_loss_and_gradient_agree_with_the_dense_route(route):
+  rng = np.random.default_rng(3)
+  n, bands = 48, 6
+  theta = _random_theta(rng, n, bands)
+  w = rng.random(n)
+
+  def weights(row_sq):
+    return float(w @ row_sq), w
+
+  value, grad, rows = banded_matrix.loss_and_grad_with_row_weights(theta, None, weights, route)
+  dense = banded_matrix.loss_and_grad_with_row_weights(theta, None, weights, "dense")
+  assert value == pytest.approx(dense[0], rel=1e-12)
+  np.testing.assert_allclose(grad, dense[1], rtol=1e-9, atol=1e-12)
+  np.testing.assert_allclose(rows, dense[2], rtol=1e-12)
+  with pytest.raises(ValueError, match="prefix-sum"):
+    banded_matrix.loss_and_grad_with_row_weights(theta, np.eye(n), weights, "blocks")
+  with pytest.raises(ValueError, match="route"):
+    banded_matrix.loss_and_grad_with_row_weights(theta, None, weights, "fast")
+
+
+def test_a_singular_c_is_refused():
+  theta = np.ones((2, 5))
+  theta[0, 2] = 0.0
+  with pytest.raises(ValueError, match="singular"):
+    banded_blocks.PrefixError(theta)
+  with pytest.raises(ValueError, match="no gradient"):
+    banded_blocks.PrefixError(np.ones((2, 5)), keep=False).gradient()
