@@ -159,6 +159,22 @@ def _finished(run_dir: Path, config_dict: dict) -> bool:
   )
 
 
+def _locked_elsewhere(run_dir: Path) -> bool:
+  """True if another `fedmf train` process holds the run's ROOT lock (it is running there)."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  try:
+    with open(run_dir / ".lock") as lock:
+      try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except OSError:
+        return True
+      fcntl.flock(lock, fcntl.LOCK_UN)
+  except OSError:
+    pass
+  return False
+
+
 def _job_slots(out: Path, default: int) -> int:
   try:
     return max(1, int((out / "jobs").read_text().strip()))
@@ -178,6 +194,9 @@ def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, 
     run_dir = out / "runs" / label / f"{arm}-seed{seed}"
     if _finished(run_dir, config.to_dict()):
       print(f"  finished: {run_dir}", file=sys.stderr)
+      continue
+    if _locked_elsewhere(run_dir):  # e.g. started by an earlier invocation that was stopped
+      print(f"  running in another process, not waited for: {run_dir}", file=sys.stderr)
       continue
     todo.append((run_dir, config, overrides))
   failures = []
@@ -469,6 +488,12 @@ def main(argv=None) -> int:
   parser.add_argument("--config", default=None, help="base config (default: the default config)")
   parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
   parser.add_argument("--seeds", default="0,1,2")
+  parser.add_argument(
+    "--order",
+    metavar="LABEL:SEED,...",
+    help="the (setting, seed) pairs to run, in this order (default: every setting for each seed, "
+    "seed by seed)",
+  )
   parser.add_argument("--epsilon", type=float, default=8.0)
   parser.add_argument("--arms", "--mechanisms", dest="arms", default="dpsgd,tree,bandmf,blt")
   parser.add_argument("--jobs", type=int, default=1, help="trainings at once (subprocesses)")
@@ -485,12 +510,16 @@ def main(argv=None) -> int:
   base = args.config or str(default_config_path())
   failures = []
   if not args.collect_only:
-    plan = [
-      (label, extra, seed, arm)
-      for seed in seeds
-      for label, extra in parse_settings(args)
-      for arm in arms
-    ]
+    settings = dict(parse_settings(args))
+    if args.order:
+      pairs = [item.rsplit(":", 1) for item in args.order.split(",")]
+      unknown = [label for label, _ in pairs if label not in settings]
+      if unknown:
+        raise SystemExit(f"compare_mechanisms.py: --order names no --setting {unknown[0]!r}")
+      order = [(label, int(seed)) for label, seed in pairs]
+    else:
+      order = [(label, seed) for seed in seeds for label in settings]
+    plan = [(label, settings[label], seed, arm) for label, seed in order for arm in arms]
     failures = train_all(args, out, base, plan)
   results = collect(out, args.end_evaluations)
   write_results(results, out / "results.json")
