@@ -112,6 +112,13 @@ def main(argv=None) -> int:
       "rms_loss": math.sqrt(sens_sq * info["loss_sq"] / n),
     }
   out["optimize"] = rows
+  from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
+  from fedmf.mf.schema import ParticipationSchema  # pylint: disable=g-import-not-at-top
+
+  estimate = strategies.mechanism_class("bandmf").optimize_cost(
+    ParticipationSchema(n, bands, k), strategies.OptimizeOptions()
+  )
+  out["estimate"] = {"seconds": estimate.seconds, "memory_bytes": estimate.memory_bytes}
   print("\nthe whole optimization (default stopping rule)")
   for route, r in rows.items():
     ratio = (
@@ -124,6 +131,11 @@ def main(argv=None) -> int:
       f"{r['evaluations']} evaluations, ‖AC⁻¹‖²_F {r['loss_sq']:.4f}, RmsLoss {r['rms_loss']:.6f}"
       + ratio
     )
+
+  print(
+    f"  resource estimate of `fedmf strategy optimize` (what --max-seconds and --max-memory are "
+    f"checked against): {estimate.seconds:.1f} s, {estimate.memory_bytes / 2**20:.0f} MiB"
+  )
 
   if not args.skip_cli:
     with tempfile.TemporaryDirectory() as tmp:

@@ -96,3 +96,21 @@ def test_a_singular_c_is_refused():
     banded_blocks.PrefixError(theta)
   with pytest.raises(ValueError, match="no gradient"):
     banded_blocks.PrefixError(np.ones((2, 5)), keep=False).gradient()
+
+
+def test_the_optimizer_estimate_follows_the_block_passes():
+  from fedmf.mf import strategies
+  from fedmf.mf.schema import ParticipationSchema
+
+  bandmf = strategies.mechanism_class("bandmf")
+  schema = ParticipationSchema(2052, 342, 6)
+  full = bandmf.optimize_cost(schema, strategies.OptimizeOptions())
+  short = bandmf.optimize_cost(schema, strategies.OptimizeOptions(max_iter=16))
+  # 160 expected iterations of ~1.7e9 multiply-adds at the nominal 5e9/s: about a minute, under
+  # the default limit of 120 s (the paper-scale command is not refused by default).
+  assert 20 < full.seconds < 120
+  assert short.seconds == pytest.approx(full.seconds * (1.05 * 16 + 1) / (1.05 * 160 + 1), rel=0.05)
+  # No n×n matrix: the L-BFGS history (112 MB) and the block passes, below the dense route's
+  # 8·n² floats (270 MB) alone.
+  assert full.memory_bytes < 8 * 8 * 2052**2
+  assert "L-BFGS iterations" in full.largest("seconds").what
