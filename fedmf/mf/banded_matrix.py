@@ -347,9 +347,14 @@ def loss_and_grad_with_row_weights(
   if route == 'blocks' and not prefix_sum:
     raise ValueError("route 'blocks' needs the prefix-sum workload")
   if prefix_sum and route != 'dense':
-    # The block recursion (`fedmf.mf.banded_blocks`): O(n·b̂²) in BLAS-3, no n×n matrix.
-    prefix = banded_blocks.PrefixError(c_theta)
+    # The block recursion (`fedmf.mf.banded_blocks`): O(n·b̂²) in BLAS-3, no n×n matrix. A trial
+    # point of the optimizer may be near-singular: its loss overflows to inf (the line search then
+    # shortens the step), without warnings.
+    with np.errstate(over='ignore', invalid='ignore'):
+      prefix = banded_blocks.PrefixError(c_theta)
     row_sq = prefix.row_sq
+    if not np.all(np.isfinite(row_sq)):
+      return math.inf, np.zeros_like(theta), row_sq
     value, w = weights(row_sq)
     g = prefix.gradient(w)
     grad = (g - c_theta * np.sum(c_theta * g, axis=0)) / norms

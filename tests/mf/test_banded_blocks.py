@@ -114,3 +114,17 @@ def test_the_optimizer_estimate_follows_the_block_passes():
   # 8·n² floats (270 MB) alone.
   assert full.memory_bytes < 8 * 8 * 2052**2
   assert "L-BFGS iterations" in full.largest("seconds").what
+
+
+def test_a_near_singular_trial_point_has_an_infinite_loss_and_no_warning():
+  import warnings
+
+  n, bands = 200, 3
+  theta = np.zeros((bands, n))
+  theta[0] = 1e-3  # C⁻¹ grows like 1e3^t: overflows float64 long before round 200
+  theta[1, : n - 1] = 1.0
+  theta[2, : n - 2] = 1.0
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    value, grad = banded_matrix.loss_sq_and_grad(theta)
+  assert value == np.inf and not np.any(grad)
