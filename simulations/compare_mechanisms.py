@@ -256,6 +256,34 @@ def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, 
   return failures
 
 
+def replay(record: dict[str, Any], rounds: int) -> dict[str, Any]:
+  """Re-runs the first `rounds` rounds of a results.json run from its recorded config (its seeds
+  included): every round's training loss and the evaluations among them, to compare with the
+  record's `metrics` (the check of tests/program/test_papers_results.py)."""
+  from fedmf.program import loop
+  from fedmf.program import platform
+  from fedmf.program.config import config_from_dict
+
+  config = config_from_dict(record["config"])
+  losses, accuracy = [], {}
+  with platform.execution(
+    config.platform, concurrent_clients=loop.concurrent_clients(config)
+  ) as pool:
+    run = loop.build_run(config)
+    platform.attach(run, pool)
+    try:
+      for r in range(rounds):
+        run.data_iterator.select()
+        result = loop.train_round(run, run.data_iterator.last_cohort)
+        losses.append(float(result.loss))
+        if loop.is_eval_round(config, r):
+          accuracy[r] = float(loop.evaluate(run, result)["accuracy"])
+    finally:
+      if run.noise is not None:
+        run.noise.close()
+  return {"loss": losses, "accuracy": accuracy, "noise_multiplier": run.plan.noise_multiplier}
+
+
 # ---------------------------------------------------------------------------------------------
 # Results.
 
