@@ -20,8 +20,8 @@ dense formula ∂‖A C⁻¹‖²_F/∂C = -2 Fᵀ A X⁻¹ and finite differenc
 
     P̄_i = K_iᵀ W̄_i K_i,   L̄_i = -2 K_iᵀ W̄_i W_i,   Ū_i = 2 P̄_i U_i W_{i-1},
 
-each restricted to G's band, and C̄_ij = Ḡ_ij - Ḡ_{i,j-1}. Cost: about 7 s³ multiply-adds per block,
-7·n·s² in all (n = 2052, b̂ = 342: 1.7·10⁹, against ~4·10⁹ for the dense triangular inverse and
+each restricted to G's band, and C̄_ij = Ḡ_ij - Ḡ_{i,j-1}. Cost: about 6.4 s³ multiply-adds per block,
+6.4·n·s² in all (n = 2052, b̂ = 342: 1.5·10⁹, against ~4·10⁹ for the dense triangular inverse and
 products it replaces), memory 2·n·s floats (K_i and W_i kept for the reverse pass).
 """
 
@@ -98,8 +98,17 @@ def _tri(a: np.ndarray, b: np.ndarray, lower: bool, trans: bool = False, right: 
   A non-square a (the last, shorter block's U) takes a plain product."""
   if a.shape[0] != a.shape[1]:
     op = a.T if trans else a
-    return b @ op if right else op @ b
+    return np.asfortranarray(b @ op if right else op @ b)
   return blas.dtrmm(1.0, a, b, side=int(right), lower=int(lower), trans_a=int(trans))
+
+
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  return blas.dgemm(1.0, a, b)  # Column-major in and out: f2py copies nothing.
+
+
+def _symmetric(x: np.ndarray) -> np.ndarray:
+  """(x + xᵀ)/2: symmetric up to rounding, kept exactly symmetric for the recursion."""
+  return np.asfortranarray(0.5 * (x + x.T))
 
 
 class PrefixError:
@@ -119,19 +128,19 @@ class PrefixError:
     row_sq = np.empty(n)
     prev = None
     for i, (lo, hi) in enumerate(zip(self.edges[:-1], self.edges[1:])):
-      k, info = lapack.dtrtri(self.index.gather(self.gb, slice(lo, hi), slice(lo, hi)), lower=1)
+      diagonal = np.asfortranarray(self.index.gather(self.gb, slice(lo, hi), slice(lo, hi)))
+      k, info = lapack.dtrtri(diagonal, lower=1, overwrite_c=1)
       if info != 0:
         raise ValueError("banded C is singular")
       if i == 0:
-        u, p = None, np.eye(hi - lo)
+        u, p = None, np.eye(hi - lo, order="F")
       else:
-        u = self.index.gather(
-          self.gb, slice(lo, hi), slice(self.edges[i - 1], lo)
-        )  # strictly upper
+        u = np.asfortranarray(
+          self.index.gather(self.gb, slice(lo, hi), slice(self.edges[i - 1], lo))
+        )  # strictly upper triangular
         p = _tri(u, _tri(u, prev, lower=False), lower=False, trans=True, right=True)
         p[np.diag_indices_from(p)] += 1.0
-      w = _tri(k, _tri(k, p, lower=True), lower=True, trans=True, right=True)
-      w = 0.5 * (w + w.T)  # Symmetric up to rounding; kept exactly symmetric for the recursion.
+      w = _symmetric(_tri(k, _tri(k, p, lower=True), lower=True, trans=True, right=True))
       if keep:
         self.k.append(k)
         self.u.append(u)
@@ -150,19 +159,19 @@ class PrefixError:
     carry = None
     for i in range(len(self.k) - 1, -1, -1):
       lo, hi = self.edges[i], self.edges[i + 1]
-      wbar = np.diag(w[lo:hi]) if carry is None else carry + np.diag(w[lo:hi])
+      wbar = np.zeros((hi - lo, hi - lo), order="F") if carry is None else carry
+      wbar[np.diag_indices_from(wbar)] += w[lo:hi]
       k = self.k[i]
-      lbar = -2.0 * _tri(k, wbar @ self.w[i], lower=True, trans=True)
-      self.index.add(gbar, lbar, slice(lo, hi), slice(lo, hi))
+      kt_wbar = _tri(k, wbar, lower=True, trans=True)  # Kᵀ W̄, shared by L̄ and P̄
+      self.index.add(gbar, -2.0 * _product(kt_wbar, self.w[i]), slice(lo, hi), slice(lo, hi))
       if i > 0:
-        pbar = _tri(k, _tri(k, wbar, lower=True, trans=True), lower=True, right=True)
+        pbar = _tri(k, kt_wbar, lower=True, right=True)
         u = self.u[i]
         pu = _tri(u, pbar, lower=False, right=True)
         self.index.add(
-          gbar, 2.0 * (pu @ self.w[i - 1]), slice(lo, hi), slice(self.edges[i - 1], lo)
+          gbar, 2.0 * _product(pu, self.w[i - 1]), slice(lo, hi), slice(self.edges[i - 1], lo)
         )
-        carry = _tri(u, pu, lower=False, trans=True)
-        carry = 0.5 * (carry + carry.T)
+        carry = _symmetric(_tri(u, pu, lower=False, trans=True))
     # G[i, j] = C[i, j] - C[i, j+1]: C[j+r, j] enters gb[r, j] (+1) and gb[r+1, j-1] (-1).
     grad = gbar[: self.bands].copy()
     grad[:, 1:] -= gbar[1:, : n - 1]
@@ -178,11 +187,11 @@ def row_sq_norms(c: np.ndarray) -> np.ndarray:
 
 def pass_cost(n: int, bands: int, gradient: bool) -> tuple[float, float]:
   """(multiply-adds, peak float64 count) of the forward pass, and of the reverse pass if
-  `gradient` (forward: dtrtri s³/3 and four triangular products s³/2 per block; reverse: five
+  `gradient` (forward: dtrtri s³/3 and four triangular products s³/2 per block; reverse: four
   triangular products and two full ones)."""
   s = block_size(bands, n)
   blocks = math.ceil(n / s)
   band = (bands + 2.0) * n  # theta and G's band
   if gradient:
-    return blocks * (2.4 + 4.5) * s**3, band * 2.0 + 2.0 * n * s + 6.0 * s * s
+    return blocks * (2.4 + 4.0) * s**3, band * 2.0 + 2.0 * n * s + 6.0 * s * s
   return blocks * 2.4 * s**3, band + 6.0 * s * s
