@@ -115,13 +115,18 @@ class PrefixError:
   """The forward pass for a (normalized or not) banded C: r_i = ‖row_i(A C⁻¹)‖², and the state
   the gradient needs (`gradient`)."""
 
-  def __init__(self, c: np.ndarray, keep: bool = True):
-    """`keep=False` keeps only the row norms (memory O(s²) beyond the band; no `gradient`)."""
+  def __init__(self, c: np.ndarray, keep: bool = True, workload: str = "prefix"):
+    """`keep=False` keeps only the row norms (memory O(s²) beyond the band; no `gradient`).
+    `workload` 'identity' takes G = C itself: then r_i = ‖row_i(C⁻¹)‖², the noise's per-round
+    gain (`banded_matrix.inverse_row_sq_norms`)."""
     c = np.asarray(c, dtype=np.float64)
     bands, n = c.shape
     self.n, self.bands = n, bands
-    self.gb = difference_band(c)
-    self.index = _band_index(n, bands + 1)
+    if workload not in ("prefix", "identity"):
+      raise ValueError(f"workload must be 'prefix' or 'identity', got {workload!r}")
+    self.difference = workload == "prefix"
+    self.gb = difference_band(c) if self.difference else c
+    self.index = _band_index(n, self.gb.shape[0])
     s = block_size(bands, n)
     self.edges = list(range(0, n, s)) + [n]
     self.k, self.w, self.u = [], [], []
@@ -172,6 +177,8 @@ class PrefixError:
           gbar, 2.0 * _product(pu, self.w[i - 1]), slice(lo, hi), slice(self.edges[i - 1], lo)
         )
         carry = _symmetric(_tri(u, pu, lower=False, trans=True))
+    if not self.difference:
+      return gbar
     # G[i, j] = C[i, j] - C[i, j+1]: C[j+r, j] enters gb[r, j] (+1) and gb[r+1, j-1] (-1).
     grad = gbar[: self.bands].copy()
     grad[:, 1:] -= gbar[1:, : n - 1]

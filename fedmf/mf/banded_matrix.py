@@ -157,45 +157,20 @@ def sensitivity_sq(n: int, bands: int, min_sep: int, max_participations: int | N
 def inverse_row_sq_norms(theta: np.ndarray) -> np.ndarray:
   """‖row_t(C⁻¹)‖² for t < n of the banded C given by theta, without an n×n matrix.
 
-  They are the diagonal of W = C⁻¹C⁻ᵀ. C W = C⁻ᵀ is upper triangular with diagonal 1/C_tt, so for
-  j ≤ t
-      W_tj = (δ_tj / C_tt - Σ_{r=1}^{b̂-1} C[t, t-r] W_{t-r, j}) / C_tt,
-  which only reads the (b̂-1)×(b̂-1) window of W next to the diagonal (selected inversion,
-  Takahashi, Fagan and Chin 1973): O(n·b̂²) time and O(b̂²) memory, kept as a ring indexed by
-  round mod (b̂-1). When b̂ > n/4 the dense triangular inverse (LAPACK dtrtri, n³/3 BLAS-3 work) is
-  faster and used instead. A singular or overflowing C gives inf (callers refuse it).
+  They are the diagonal of W = C⁻¹C⁻ᵀ, by the block selected inversion of
+  `fedmf.mf.banded_blocks` with G = C (Takahashi, Fagan and Chin 1973): O(n·s²) time with
+  s = max(b̂ + 1, 64), O(n·b̂ + s²) memory. A singular or overflowing C gives inf (callers refuse it).
   """
   theta = np.asarray(theta, dtype=np.float64)
-  bands, n = theta.shape
-  if 4 * bands > n:
-    c = banded_matrix(theta)
-    with np.errstate(all='ignore'):
-      c_inv, info = scipy.linalg.lapack.dtrtri(c, lower=1)
-      if info != 0:
-        return np.full(n, np.inf)
-      return np.einsum('ij,ij->i', c_inv, c_inv)
-  m = bands - 1
-  out = np.empty(n)
-  window = np.zeros((max(m, 1), max(m, 1)))  # window[k % m, j % m] = W_kj for k, j in [t-m, t)
-  row = np.zeros(max(m, 1))
-  lags = np.arange(1, m + 1)
+  n = theta.shape[1]
   with np.errstate(all='ignore'):
-    for t in range(n):
-      d = theta[0, t]
-      if not m:
-        out[t] = 1.0 / (d * d)
-        continue
-      r = lags[lags <= t]
-      row[:] = 0.0
-      row[(t - r) % m] = theta[r, t - r]  # C[t, t-r] at the ring slot of round t - r.
-      w = -(window @ row) / d  # W_{t,k} for the rounds k of the window.
-      w_tt = (1.0 / d - row @ w) / d
-      out[t] = w_tt
-      slot = t % m  # Round t - m leaves the window, round t takes its slot.
-      window[slot, :] = w
-      window[:, slot] = w
-      window[slot, slot] = w_tt
-  return out
+    try:
+      out = banded_blocks.PrefixError(
+        _zero_out_of_range(theta.copy()), keep=False, workload='identity'
+      ).row_sq
+    except ValueError:  # a zero pivot
+      return np.full(n, np.inf)
+  return np.where(np.isfinite(out), out, np.inf)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ def _random_theta(rng, n, bands):
   return theta
 
 
-def _dense(theta, weights):
+def _dense(theta, weights, workload="prefix"):
   n = theta.shape[1]
   c = banded_matrix.banded_matrix(theta)
   c_inv = np.linalg.inv(c)
-  f = np.tril(np.ones((n, n))) @ c_inv
+  f = (np.tril(np.ones((n, n))) if workload == "prefix" else np.eye(n)) @ c_inv
   row_sq = np.sum(f * f, axis=1)
   grad_c = -2.0 * f.T @ (weights[:, None] * f) @ c_inv.T
   return row_sq, banded_matrix.theta_from_matrix(np.tril(grad_c), theta.shape[0])
@@ -48,6 +48,19 @@ def test_row_norms_and_gradient_match_the_dense_formulas(n, bands, min_block, mo
   np.testing.assert_allclose(
     banded_blocks.row_sq_norms(theta), banded_matrix.decoder_row_sq_norms_by_rows(theta), rtol=1e-10
   )
+
+
+@pytest.mark.parametrize("n,bands", [(9, 3), (50, 7), (130, 20), (65, 64)])
+def test_the_identity_workload_gives_the_rows_of_c_inverse(n, bands, monkeypatch):
+  monkeypatch.setattr(banded_blocks, "MIN_BLOCK", 4)
+  rng = np.random.default_rng(n + 7 * bands)
+  theta = _random_theta(rng, n, bands)
+  weights = rng.random(n)
+  want_rows, want_grad = _dense(theta, weights, "identity")
+  got = banded_blocks.PrefixError(theta, workload="identity")
+  np.testing.assert_allclose(got.row_sq, want_rows, rtol=1e-10)
+  np.testing.assert_allclose(got.gradient(weights), want_grad, rtol=1e-8, atol=1e-10)
+  np.testing.assert_allclose(banded_matrix.inverse_row_sq_norms(theta), want_rows, rtol=1e-10)
 
 
 def test_gradient_matches_finite_differences():
