@@ -145,6 +145,7 @@ class _Formatter(common.HelpFormatter, argparse.RawDescriptionHelpFormatter):
 
 def run(args: argparse.Namespace) -> int:
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import audit_result  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
   from fedmf.program import audit_inputs  # pylint: disable=g-import-not-at-top
 
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     for w in result.warnings:
       print(f"fedmf audit: warning: {w}", file=sys.stderr)
   else:
-    print(audit.format_summary(result, max_violations=args.max_violations))
+    print(audit_result.format_summary(result, max_violations=args.max_violations))
     if paths is not None:
       print(f"report: {paths['html']}")
   if args.strict and not verdict.passed:
