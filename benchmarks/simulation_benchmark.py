@@ -95,6 +95,7 @@ def so_round(args, task) -> None:
   from fedmf.mf import strategies
   from fedmf.mf.schema import ParticipationSchema
   from fedmf.program import server
+  from fedmf.tff import host_noise
   from fedmf.tasks import models
   from fedmf.tff.rounds import build_client_round
   from fedmf.tff.runner import RoundRunner
@@ -121,7 +122,7 @@ def so_round(args, task) -> None:
     else None
   )
   stream = (bandmf or strategies.load_strategy({"mechanism": "dpsgd"})).noise_stream(args.n)
-  noise = server.HostNoise(stream, shapes, seed=1)
+  noise = host_noise.HostNoise(stream, shapes, seed=1)
   state = server.initial_server_state(weights)
   datasets = [task.client_dataset(i) for i in range(args.clients)]
   # The machine's speed moves by up to a third from minute to minute (a shared 2-core VM;

@@ -35,6 +35,8 @@ from fedmf.program import plan as plan_lib
 from fedmf.program import server as server_lib
 from fedmf.program.config import ConfigError, TrainingConfig
 from fedmf.program.meter import PrivacyMeter
+from fedmf.tff import dp_mean
+from fedmf.tff import host_noise
 from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger("fedmf.train")
@@ -95,7 +97,7 @@ class TrainingRun:
   data_iterator: Any
   plan: plan_lib.PrivacyPlan
   runner: Any
-  noise: Optional[server_lib.HostNoise]
+  noise: Optional[host_noise.HostNoise]
   server: server_lib.ServerState
   meter: PrivacyMeter
   shapes: list[tuple[int, ...]]
@@ -275,7 +277,9 @@ def build_run(
   )
   if noise_seed is None:
     noise_seed = (
-      config.privacy.noise_seed if config.privacy.noise_seed is not None else server_lib.draw_seed()
+      config.privacy.noise_seed
+      if config.privacy.noise_seed is not None
+      else dp_mean.draw_noise_seed()
     )
   run = TrainingRun(
     config=config,
@@ -303,7 +307,7 @@ def start_noise(run: TrainingRun, seed: Optional[int] = None) -> None:
   if seed is not None:
     run.noise_seed = seed
   if run.noise_stream is not None:
-    run.noise = server_lib.HostNoise(
+    run.noise = host_noise.HostNoise(
       run.noise_stream, run.shapes, run.noise_seed, overlap=run.noise_overlap
     )
 
@@ -316,7 +320,7 @@ def noise_state_template(run: TrainingRun) -> list:
   if run.noise_stream is None:
     return []
   tiny = [(1,)] * len(run.shapes)  # The layout of a kernel's state does not depend on sizes.
-  return server_lib.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
+  return host_noise.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
 
 
 def draw_cohort(run: TrainingRun, round_index: int) -> Cohort:

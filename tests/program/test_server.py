@@ -7,6 +7,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies as st
 from fedmf.mf import streaming
 from fedmf.program import server
+from fedmf.tff import host_noise
 
 
 def test_learning_rate_schedule_warms_up_and_cools_down():
@@ -60,17 +61,17 @@ def test_a_non_finite_aggregate_stops_before_the_model():
 def test_host_noise_restores_bit_for_bit_and_whitens(obj):
   strategy = st.load_strategy(obj)
   shapes = [(400,), (20, 10)]
-  a = server.HostNoise(strategy.noise_stream(12), shapes, seed=7)
+  a = host_noise.HostNoise(strategy.noise_stream(12), shapes, seed=7)
   first = [a.next() for _ in range(5)]
   saved = a.state()
   rest = [a.next() for _ in range(5)]
-  b = server.HostNoise(strategy.noise_stream(12), shapes, seed=7)
+  b = host_noise.HostNoise(strategy.noise_stream(12), shapes, seed=7)
   b.restore(saved)
   again = [b.next() for _ in range(5)]
   for x, y in zip(rest, again):
     for u, v in zip(x, y):
       np.testing.assert_array_equal(u, v)
-  other = server.HostNoise(strategy.noise_stream(12), shapes, seed=8).next()
+  other = host_noise.HostNoise(strategy.noise_stream(12), shapes, seed=8).next()
   assert not np.array_equal(other[0], first[0][0])
   # The per-round std is ‖row_t of C⁻¹‖ (the tree: its per-round decoder row).
   norms = strategy.noise_row_norms(10)
