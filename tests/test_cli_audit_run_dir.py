@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.cli.main import main
+from fedmf.cli import main as cli_main
 from fedmf.mf import strategies
 from fedmf.privacy import audit, log_statistics, participation_log
 
@@ -64,7 +64,7 @@ def make_run(
 
 
 def _run(capsys, *argv):
-  code = main(["audit", *map(str, argv)])
+  code = cli_main.main(["audit", *map(str, argv)])
   out, err = capsys.readouterr()
   assert "Traceback" not in err
   return code, out, err

@@ -12,6 +12,7 @@ from fedmf.cli import main as cli_main
 from fedmf.participation import ParticipationConfig, build
 from fedmf.privacy import audit, participation_log
 from fedmf.tasks import stackoverflow as sod
+from tests.helpers import brute_min_sep
 
 TINY = [
   "task=synthetic",
@@ -215,16 +216,6 @@ def _audit_cohorts(tmp_path, model, rounds, declared_b):
   return cohorts, result
 
 
-def _brute_min_sep(cohorts):
-  last, best = {}, None
-  for c in cohorts:
-    for i in c.clients.tolist():
-      if i in last:
-        best = c.round - last[i] if best is None else min(best, c.round - last[i])
-      last[i] = c.round
-  return best
-
-
 @pytest.mark.parametrize("guard", [True, False])
 def test_audit_finds_early_checkins_only_without_the_guard(tmp_path, guard):
   cfg = ParticipationConfig(model="timer", min_sep=6, early_checkin_rate=0.4, server_guard=guard)
@@ -252,7 +243,7 @@ def test_wall_clock_timer_min_sep_is_what_the_log_says(tmp_path):
   model = build(cfg, 120, 6, seed=4)
   declared = model.declared_schema(300).min_sep
   cohorts, result = _audit_cohorts(tmp_path, model, 300, declared)
-  assert result.stats.observed_min_sep == _brute_min_sep(cohorts)
+  assert result.stats.observed_min_sep == brute_min_sep(cohorts)
   assert result.stats.observed_min_sep >= declared
   assert result.violation_counts()["min-sep"] == 0
 
