@@ -160,8 +160,15 @@ def test_column_normalized_toeplitz_at_20000_rounds_allocates_no_dense_matrix(tm
   "flags, needles",
   [
     (["--noise-multiplier", "1e-300"], ["noise multiplier 1e-300 is too small", "exceeds 1e+06"]),
-    (["--noise-multiplier", "1e300"], ["PLD accountant's range", "--accountant analytic"]),
-    (["--target-epsilon", "1e9"], ["PiB of memory", "limit of 4 GiB", "--accountant analytic"]),
+    # PLD's limits (the claim's default accountant, the exact curve, has neither).
+    (
+      ["--noise-multiplier", "1e300", "--accountant", "pld"],
+      ["PLD accountant's range", "--accountant analytic"],
+    ),
+    (
+      ["--target-epsilon", "1e9", "--accountant", "pld"],
+      ["PiB of memory", "limit of 4 GiB", "--accountant analytic"],
+    ),
     (["--target-epsilon", "1e30", "--accountant", "analytic"], ["too large to calibrate"]),
   ],
 )
@@ -170,6 +177,18 @@ def test_account_refuses_out_of_range_numbers(tmp_path, capsys, flags, needles):
   code, out, err = run_cli(capsys, *["account", path, "--n", "10", *flags, "--delta", "1e-5"])
   one_line_error(code, None, err, *needles)
   assert out == ""
+
+
+def test_account_defaults_to_the_exact_curve_of_the_claim(tmp_path, capsys):
+  """A claim is accounted by the analytic curve unless --accountant pld is asked for: it answers
+  where PLD's grid or range refuses, and says which accountant it used."""
+  path = _write(tmp_path, {"mechanism": "dpsgd"})
+  for flags in (["--noise-multiplier", "1e300"], ["--target-epsilon", "1e9"]):
+    code, out, err = run_cli(
+      capsys, "account", path, "--n", "10", *flags, "--delta", "1e-5", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["accountant"] == "analytic"
 
 
 def test_account_at_ten_million_rounds_is_refused_or_quick(tmp_path, capsys):

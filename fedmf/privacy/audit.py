@@ -98,7 +98,12 @@ def _pld_grid_points(mu: float) -> float:
 
 
 def _account(
-  sens: Any, sigma: float, delta: float, accountant: str, label: str, warnings: list[str]
+  sens: Any,
+  sigma: float,
+  delta: float,
+  accountant: accounting.Accountant,
+  label: str,
+  warnings: list[str],
 ) -> accounting.GaussianAccounting:
   """ρ and ε of a claim with known sensitivity; the analytic curve when PLD would not fit.
 
@@ -281,7 +286,7 @@ class _Request:
   min_sep: Optional[int]
   max_participations: Optional[int]
   method: str
-  accountant: str
+  accountant: accounting.Accountant
   curve: bool | str
   max_epsilon: Optional[float]
   notes: tuple[str, ...]
@@ -302,7 +307,7 @@ def _validated(
   min_sep: Optional[int] = None,
   max_participations: Optional[int] = None,
   method: str = "auto",
-  accountant: str = "analytic",
+  accountant: accounting.Accountant = accounting.CLAIM_ACCOUNTANT,
   curve: bool | str = True,
   max_epsilon: Optional[float] = None,
   notes: tuple[str, ...] = (),

@@ -288,8 +288,13 @@ class AuditResult:
     return {
       # "epsilon" is then the claim: amplified if credited, else the realized one.
       "epsilon": self.epsilon,
+      # The accountant of "epsilon" (PLD for the amplified event, the realized claim's otherwise).
+      "accountant": self.amplified.accounting.accountant
+      if self.amplification_credited
+      else self.realized.accountant,
       "epsilon_amplified": self.amplification_credited,
       "unamplified_epsilon": self.realized.epsilon,
+      "unamplified_accountant": self.realized.accountant,
       "amplification": self.amplified.to_dict(),
     }
 

@@ -91,6 +91,16 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
   assert again["noise_multiplier"] == summary["noise_multiplier"]
   page = (out / "report.html").read_text()
   assert "Test accuracy" in page and "cheap simulation" in page
+  # One accountant per run (issue 38 item 4), named in every output; PLD is a labelled cross-check.
+  plan = json.load(open(out / "plan.json"))
+  audited = json.load(open(out / "audit.json"))
+  assert plan["accountant"] == summary["accountant"] == audited["accountant"] == "analytic"
+  assert summary["audit"]["accountant"] == "analytic"
+  assert "analytic Gaussian curve" in plan["accounting"] and "PLD" not in plan["accounting"]
+  check = summary["cross_check"]
+  assert check == plan["cross_check"] and check["accountant"] == "pld"
+  assert plan["epsilon"] <= 8 + 1e-9 < check["epsilon"] < 8.01  # PLD is pessimistic, slightly
+  assert "analytic Gaussian curve" in page
   # The same config and seeds give the same model: the noise is seeded and cohorts are keyed.
   _, again = _simulate(
     tmp_path, capsys, ["target_epsilon=8", "participation.early_checkin_rate=0.3"], name="again"
