@@ -78,3 +78,26 @@ def test_host_noise_restores_bit_for_bit_and_whitens(obj):
   for t, round_noise in enumerate(first + rest):
     flat = np.concatenate([x.ravel() for x in round_noise]).astype(np.float64)
     assert abs(flat.std() / norms[t] - 1) < 5 * np.sqrt(0.5 / flat.size)
+
+
+def test_the_program_pieces_are_typed_by_role():
+  """Release managers are TFF's (`tff.program.ReleaseManager`); the other roles are Protocols
+  (`logic.Checkpoints`, `logic.RoundLog`, `logic.Journal`) that both commands' pieces satisfy."""
+  import tensorflow_federated as tff
+
+  from fedmf.privacy import participation_log
+  from fedmf.program import logic, simulate, train
+
+  for manager in (logic.NoReleases, simulate.MetricsRelease, train.ModelReleaseManager):
+    assert issubclass(manager, tff.program.ReleaseManager), manager
+  assert isinstance(logic.NoCheckpoints(), logic.Checkpoints)
+  assert isinstance(logic.NoJournal(), logic.Journal)
+  assert hasattr(train.FileCheckpoints, "save") and train.FileCheckpoints.resumable
+  for log in (
+    participation_log.ParticipationLogWriter,
+    participation_log.AppendableParticipationLog,
+  ):
+    assert callable(getattr(log, "write_round", None)), log
+  assert callable(getattr(train.ReleaseJournal, "check_and_record", None))
+  hints = logic.Program.__annotations__
+  assert "Any" not in " ".join(map(str, hints.values()))

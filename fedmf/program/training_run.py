@@ -1,6 +1,8 @@
-"""The training loop shared by `fedmf simulate` and `fedmf train`: one round at a time.
+"""A training run, built once, and one round of it: what `fedmf simulate` and `fedmf train` share.
 
-One concept: a round of DP FedAvg (the papers' FedSGDM; BandMF App. I, BLT Alg. 1):
+(Not the loop over the rounds: that is `fedmf.program.logic.run_rounds`.) One concept: a run of
+DP FedAvg (`TrainingRun`, made by `build_run`) and its round (the papers' FedSGDM; BandMF App. I,
+BLT Alg. 1):
 
   1. the participation model draws the cohort (device timer, schedule or sampling);
   2. TFF runs the federated part: broadcast, one local epoch of client SGD, clipping to ζ, the sum
@@ -32,6 +34,7 @@ from fedmf.mf import resources
 from fedmf.mf import strategies
 from fedmf.participation import Cohort
 from fedmf.program import plan as plan_lib
+from fedmf.program import platform
 from fedmf.program import server as server_lib
 from fedmf.program.config import ConfigError, TrainingConfig
 from fedmf.program.meter import PrivacyMeter
@@ -189,6 +192,7 @@ def build_run(
   task: Any = None,
   overlap: bool = True,
   noise: bool = True,
+  pool: Any = None,
 ) -> TrainingRun:
   """Task, participation data source, strategy, privacy plan, TFF computation, server state and
   noise stream: everything a run needs, built once.
@@ -197,7 +201,9 @@ def build_run(
   `noise_seed` (default: the config's, else drawn from OS randomness) seeds the noise; `overlap`
   computes each round's noise while TFF trains the clients (the same noise either way).
   `noise=False` leaves the noise stream's buffers unallocated until `start_noise(run, seed)`: a
-  resumed program learns its seed from the checkpoint (`fedmf.program.train`).
+  resumed program learns its seed from the checkpoint (`fedmf.program.train`). `pool` (the
+  `WorkerPool` that `platform.execution` yields, None for one local worker) trains the rounds'
+  chunks of clients (`platform.round_runner`).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
   from fedmf import tasks  # pylint: disable=g-import-not-at-top
@@ -264,7 +270,9 @@ def build_run(
   clients_per_call = config.platform.clients_per_call or CLIENTS_PER_CALL.get(
     getattr(task, "preset", None)
   )
-  runner = RoundRunner(client_round, shapes, clients_per_call)
+  runner = platform.round_runner(
+    RoundRunner(client_round, shapes, clients_per_call), config.program.clients_per_round, pool
+  )
   stream = strategy.noise_stream(config.program.rounds)
   model_bytes = 4.0 * sum(int(np.prod(s)) for s in shapes)
   buffers = stream.model_buffers(config.program.rounds)
