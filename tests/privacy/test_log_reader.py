@@ -19,7 +19,7 @@ from fedmf.mf import resources
 from fedmf.privacy import audit, participation_log
 from tests.helpers import one_line_error
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DPSGD = {"mechanism": "dpsgd"}
 
 
