@@ -148,6 +148,11 @@ def privacy_statement(result: audit_result.AuditResult) -> list[tuple[str, list[
     if a.accountant == "pld"
     else "the exact analytic Gaussian curve (Balle & Wang 2018) for (epsilon, delta)-DP"
   )
+  if result.amplification_credited:  # The claim is the amplified event's: PLD its accountant.
+    acct += (
+      "; the amplified claim by PLD accounting (dp_accounting) of the Poisson-subsampled event, "
+      "its only accountant"
+    )
   rounds_source = (
     "given" if result.rounds_source == "given" else "inferred from the log: max round + 1"
   )
