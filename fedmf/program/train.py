@@ -55,6 +55,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.program import logic
 from fedmf.program import training_run
 from fedmf.program import outputs
+from fedmf.program import run_dir
 from fedmf.program import run_manifest
 from fedmf.program.config import PLATFORM_KEYS, TrainingConfig
 
@@ -397,36 +398,31 @@ def _finish(
 
 
 def _all_records(root: Path) -> list[training_run.RoundRecord]:
-  """Every round's record, read back from metrics.csv (the resumed run saw only its own rounds)."""
-  import csv  # pylint: disable=g-import-not-at-top
-
-  path = root / "metrics.csv"
+  """Every round's record, read back from metrics.csv (the resumed run saw only its own rounds)
+  by its one reader, `run_dir.metrics_rows`."""
   records = []
-  if not path.exists():
-    return records
-  with open(path, newline="") as f:
-    for row in csv.DictReader(f):
+  for row in run_dir.metrics_rows(root) or []:
 
-      def value(key, cast=float):
-        raw = row.get(key)
-        return None if raw in (None, "", "None") else cast(float(raw))
+    def value(key, cast=float, row=row):
+      raw = row.get(key)
+      return None if raw in (None, "", "None") else cast(float(raw))
 
-      records.append(
-        training_run.RoundRecord(
-          round=int(float(row["round"])),
-          clients=value("clients", int) or 0,
-          loss=value("loss") if value("loss") is not None else math.nan,
-          round_seconds=value("round_seconds") or 0.0,
-          learning_rate=value("learning_rate") or 0.0,
-          noise_stddev=value("noise_stddev") or 0.0,
-          checked_in=value("checked_in", int) or 0,
-          refused_checkins=value("refused_checkins", int) or 0,
-          early_admitted=value("early_admitted", int) or 0,
-          clipped=value("clipped", int) or 0,
-          zeroed=value("zeroed", int) or 0,
-          accuracy=value("accuracy"),
-          test_loss=value("test_loss"),
-          epsilon=value("epsilon"),
-        )
+    records.append(
+      training_run.RoundRecord(
+        round=int(float(row["round"])),
+        clients=value("clients", int) or 0,
+        loss=value("loss") if value("loss") is not None else math.nan,
+        round_seconds=value("round_seconds") or 0.0,
+        learning_rate=value("learning_rate") or 0.0,
+        noise_stddev=value("noise_stddev") or 0.0,
+        checked_in=value("checked_in", int) or 0,
+        refused_checkins=value("refused_checkins", int) or 0,
+        early_admitted=value("early_admitted", int) or 0,
+        clipped=value("clipped", int) or 0,
+        zeroed=value("zeroed", int) or 0,
+        accuracy=value("accuracy"),
+        test_loss=value("test_loss"),
+        epsilon=value("epsilon"),
       )
+    )
   return records
