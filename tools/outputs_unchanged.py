@@ -76,7 +76,24 @@ NORMALIZE = [
   (re.compile(r"\b\d+(\.\d+)?\s?(s|ms|min|seconds)\b"), "<DUR>"),
   (re.compile(r"\b\d+:\d\d(:\d\d)?\b"), "<CLOCK>"),
   (re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+"), "<PNG>"),
+  # TensorBoard event files are named by time, host and pid, and hold wall times.
+  (re.compile(r"events\.out\.tfevents\.[\w.-]+"), "events.out.tfevents.<X>"),
 ]
+TIME_COLUMNS = ("round_seconds", "seconds")
+
+
+def normalize_csv(text: str) -> str:
+  """A CSV with its time columns (TIME_COLUMNS) blanked: wall-clock measurements, not outputs."""
+  lines = text.split("\n")
+  header = lines[0].split(",")
+  drop = {i for i, name in enumerate(header) if name in TIME_COLUMNS}
+  if not drop:
+    return text
+  out = [lines[0]]
+  for line in lines[1:]:
+    cells = line.split(",")
+    out.append(",".join("<X>" if i in drop and c else c for i, c in enumerate(cells)))
+  return "\n".join(out)
 
 
 SOURCE = [str(ROOT)]  # The checkout whose fedmf runs (record --source), named <REPO>.
@@ -143,11 +160,15 @@ def record(dest: Path, source: Path) -> None:
         files = sorted(p for p in outputs.rglob("*") if p.is_file())
         listing = {}
         for path in files:
-          rel = str(path.relative_to(outputs))
+          rel = normalize(str(path.relative_to(outputs)), tmp)
           data = path.read_bytes()
+          if "tfevents" in path.name:
+            listing[rel] = "<tensorboard events: wall times inside>"
+            continue
           if path.suffix in TEXT_SUFFIXES:
             try:
-              listing[rel] = normalize(data.decode(), tmp)
+              text = normalize(data.decode(), tmp)
+              listing[rel] = normalize_csv(text) if path.suffix == ".csv" else text
               continue
             except UnicodeDecodeError:
               pass
@@ -360,6 +381,24 @@ def record(dest: Path, source: Path) -> None:
     (dest / "index.json").write_text(json.dumps(index, indent=1) + "\n")
 
 
+def _renormalized(record):
+  """A stored record normalized again with the current rules (records of older versions of this
+  script compare equal when only what these rules drop differs)."""
+  if not isinstance(record, dict) or "argv" in record:
+    return record
+  out = {}
+  for key, value in record.items():
+    key = normalize(key, "\0")
+    if "tfevents" in key:
+      value = "<tensorboard events: wall times inside>"
+    elif key.endswith(".csv") and isinstance(value, str):
+      value = normalize_csv(value)
+    elif isinstance(value, str):
+      value = normalize(value, "\0")
+    out[key] = value
+  return out
+
+
 def compare(before: Path, after: Path) -> int:
   names = sorted({p.name for p in before.iterdir()} | {p.name for p in after.iterdir()})
   differ = 0
@@ -371,9 +410,11 @@ def compare(before: Path, after: Path) -> int:
       continue
     if a.read_bytes() == b.read_bytes():
       continue
+    left, right = _renormalized(json.loads(a.read_text())), _renormalized(json.loads(b.read_text()))
+    if left == right:
+      continue
     differ += 1
     print(f"differs: {name}")
-    left, right = json.loads(a.read_text()), json.loads(b.read_text())
     if isinstance(left, dict):
       for key in sorted(set(left) | set(right)):
         if left.get(key) != right.get(key):
