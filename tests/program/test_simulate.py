@@ -99,7 +99,8 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
   assert "analytic Gaussian curve" in plan["accounting"] and "PLD" not in plan["accounting"]
   check = summary["cross_check"]
   assert check == plan["cross_check"] and check["accountant"] == "pld"
-  assert plan["epsilon"] <= 8 + 1e-9 < check["epsilon"] < 8.01  # PLD is pessimistic, slightly
+  # PLD is pessimistic, slightly: its epsilon at the plan's sigma is at least the exact one.
+  assert plan["epsilon"] <= 8 + 1e-9 and plan["epsilon"] <= check["epsilon"] < 8.01
   assert "analytic Gaussian curve" in page
   # The same config and seeds give the same model: the noise is seeded and cohorts are keyed.
   _, again = _simulate(
