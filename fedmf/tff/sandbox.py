@@ -9,9 +9,11 @@ socket of mode 0600 in a directory of mode 0700 (`netns_bridge.py` forwards the 
 worker's port inside the namespace). Unix sockets are file-system objects: only the user who
 started the run (and root) can connect, and no port of the run is reachable from the network.
 
-Namespaces: as root, `unshare(CLONE_NEWNET)`; as another user, a user namespace with it
-(`CLONE_NEWUSER | CLONE_NEWNET`, where the kernel allows unprivileged user namespaces). Where
-neither is possible, the policy `isolation` decides (docs/security.md):
+Namespaces: with the capabilities CAP_SYS_ADMIN and CAP_NET_ADMIN (root on a host),
+`unshare(CLONE_NEWNET)`; otherwise a user namespace with it (`CLONE_NEWUSER | CLONE_NEWNET`, the
+equivalent of `unshare -U -r -n`, where the kernel and the seccomp profile allow unprivileged user
+namespaces: a non-root user, or a container without added capabilities). Where neither is
+possible, the policy `isolation` decides (docs/security.md):
 
 * `"namespace"` (default): refuse with a one-line error naming the exposure and the ways out;
 * `"none"`: start the worker exposed, as TFF does, and log a warning naming the port.
@@ -67,24 +69,69 @@ def check_policy(policy: str) -> str:
   return policy
 
 
-def _enter_namespace(uid: int, gid: int) -> None:
-  """In the child between fork and exec: a network namespace of its own, dying with the parent."""
+_CAP_NET_ADMIN = 12
+_CAP_SYS_ADMIN = 21
+
+
+def _has_net_capabilities() -> bool:
+  """CAP_SYS_ADMIN (unshare a network namespace) and CAP_NET_ADMIN (bring its `lo` up), effective."""
+  try:
+    with open("/proc/self/status") as f:
+      line = next(line for line in f if line.startswith("CapEff:"))
+  except (OSError, StopIteration):
+    return False
+  caps = int(line.split()[1], 16)
+  return all(caps >> bit & 1 for bit in (_CAP_NET_ADMIN, _CAP_SYS_ADMIN))
+
+
+def _enter_namespace(uid: int, gid: int, user_namespace: bool) -> None:
+  """In the child between fork and exec: a network namespace of its own, dying with the parent.
+
+  Without the capabilities, through a user namespace in which the caller is root (needed to bring
+  `lo` up), like `unshare -U -r -n`: this needs no capability at all."""
   libc = ctypes.CDLL(None, use_errno=True)
   libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-  if uid == 0:
-    flags = _CLONE_NEWNET
-  else:  # An unprivileged user gets the capability over a new netns through a user namespace.
-    flags = _CLONE_NEWUSER | _CLONE_NEWNET
+  flags = _CLONE_NEWUSER | _CLONE_NEWNET if user_namespace else _CLONE_NEWNET
   if libc.unshare(flags) != 0:
     err = ctypes.get_errno()
     raise OSError(err, os.strerror(err))
-  if uid != 0:  # Map the caller to root of the new user namespace (needed to bring `lo` up).
+  if user_namespace:  # Map the caller to root of the new user namespace.
     with open("/proc/self/setgroups", "w") as f:
       f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
       f.write(f"0 {uid} 1")
     with open("/proc/self/gid_map", "w") as f:
       f.write(f"0 {gid} 1")
+
+
+_DIR_PREFIX = "fedmf-worker-"
+
+
+def remove_stale_directories(tmp: Optional[str] = None) -> list[str]:
+  """Removes this user's `fedmf-worker-PID-*` directories whose PID is gone (a process killed
+  with SIGKILL cannot clean up: the next start does). Returns what it removed."""
+  tmp = tmp or tempfile.gettempdir()
+  removed = []
+  try:
+    names = os.listdir(tmp)
+  except OSError:
+    return removed
+  for name in names:
+    pid = name[len(_DIR_PREFIX) :].split("-", 1)[0]
+    if not name.startswith(_DIR_PREFIX) or not pid.isdigit():
+      continue
+    path = os.path.join(tmp, name)
+    try:
+      if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path):
+        continue
+      os.kill(int(pid), 0)
+      continue  # Alive (or the PID was reused): not ours to remove.
+    except ProcessLookupError:
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+    except OSError:  # PermissionError: another user's live process has that PID.
+      continue
+  return removed
 
 
 _PROBE: Optional[str] = None
@@ -99,11 +146,11 @@ def namespace_unavailable_reason() -> Optional[str]:
       if not sys.platform.startswith("linux"):
         _PROBE = f"network namespaces need Linux (this is {sys.platform})"
       else:
-        uid, gid = os.getuid(), os.getgid()
+        uid, gid, userns = os.getuid(), os.getgid(), not _has_net_capabilities()
         try:
           subprocess.run(
             [sys.executable, "-S", "-c", "pass"],
-            preexec_fn=lambda: _enter_namespace(uid, gid),
+            preexec_fn=lambda: _enter_namespace(uid, gid, userns),
             check=True,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -134,7 +181,8 @@ class IsolatedWorker:
     extra_env: Optional[Mapping[str, str]] = None,
   ):
     self.policy = check_policy(policy) if policy is not None else default_policy()
-    self._dir = tempfile.mkdtemp(prefix="fedmf-worker-")  # mode 0700
+    remove_stale_directories()
+    self._dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")  # mode 0700
     self._process: Optional[subprocess.Popen] = None
     self.exposed = False
     # The worker inherits this process's environment, plus `extra_env` (fedmf.tff.worker_threads).
@@ -173,7 +221,7 @@ class IsolatedWorker:
     self, binary: str, worker_args: list[str], log_path: Optional[str], timeout: float
   ) -> str:
     socket_path = os.path.join(self._dir, "worker.sock")
-    uid, gid = os.getuid(), os.getgid()
+    uid, gid, userns = os.getuid(), os.getgid(), not _has_net_capabilities()
     log = self._log_file(log_path)
     try:
       self._process = subprocess.Popen(  # pylint: disable=consider-using-with
@@ -183,7 +231,7 @@ class IsolatedWorker:
         stderr=log,
         close_fds=True,
         env=self._env,
-        preexec_fn=lambda: _enter_namespace(uid, gid),
+        preexec_fn=lambda: _enter_namespace(uid, gid, userns),
       )
     finally:
       if log is not subprocess.DEVNULL:
