@@ -69,6 +69,8 @@ def check_policy(policy: str) -> str:
   return policy
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_EXEC_FAILED = 140  # probe exit codes: errno of unshare, or this + errno of exec
 _CAP_NET_ADMIN = 12
 _CAP_SYS_ADMIN = 21
 
@@ -89,7 +91,7 @@ def _enter_namespace(uid: int, gid: int, user_namespace: bool) -> None:
 
   Without the capabilities, through a user namespace in which the caller is root (needed to bring
   `lo` up), like `unshare -U -r -n`: this needs no capability at all."""
-  libc = ctypes.CDLL(None, use_errno=True)
+  libc = _LIBC  # Loaded by the parent: no dynamic loading between fork and exec.
   libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
   flags = _CLONE_NEWUSER | _CLONE_NEWNET if user_namespace else _CLONE_NEWNET
   if libc.unshare(flags) != 0:
@@ -146,20 +148,35 @@ def namespace_unavailable_reason() -> Optional[str]:
       if not sys.platform.startswith("linux"):
         _PROBE = f"network namespaces need Linux (this is {sys.platform})"
       else:
-        uid, gid, userns = os.getuid(), os.getgid(), not _has_net_capabilities()
-        try:
-          subprocess.run(
-            [sys.executable, "-S", "-c", "pass"],
-            preexec_fn=lambda: _enter_namespace(uid, gid, userns),
-            check=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-          )
-          _PROBE = ""
-        except (subprocess.SubprocessError, OSError) as e:
-          _PROBE = f"unshare(network namespace) failed: {e}"
+        _PROBE = _probe_namespace()
     return _PROBE or None
+
+
+def _probe_namespace() -> str:
+  """"" when a child can enter a network namespace as `IsolatedWorker` makes it; else why not."""
+  uid, gid, userns = os.getuid(), os.getgid(), not _has_net_capabilities()
+  what = "user and network namespace" if userns else "network namespace"
+  python = sys.executable
+  pid = os.fork()
+  if pid == 0:  # The child enters the namespace as a preexec_fn would, then starts python.
+    code = 0
+    try:
+      _enter_namespace(uid, gid, userns)
+      os.execv(python, [python, "-S", "-c", "pass"])
+    except OSError as e:
+      code = (e.errno or 99) + (_EXEC_FAILED if e.filename == python else 0)
+    except BaseException:  # pylint: disable=broad-except
+      code = 255
+    os._exit(min(code, 255))  # pylint: disable=protected-access
+  _, status = os.waitpid(pid, 0)
+  code = os.waitstatus_to_exitcode(status)
+  if code == 0:
+    return ""
+  if code == 255:
+    return f"unshare({what}) failed"
+  if code >= _EXEC_FAILED:
+    return f"{python} cannot be started in a {what}: {os.strerror(code - _EXEC_FAILED)}"
+  return f"unshare({what}) failed: {os.strerror(code)}"
 
 
 class IsolatedWorker:
@@ -197,8 +214,8 @@ class IsolatedWorker:
         raise WorkerIsolationError(
           f"cannot isolate TFF's worker_binary ({reason}): it would listen without "
           "authentication on every network interface; run as root, allow unprivileged user "
-          "namespaces, or accept the exposure with worker_isolation: none "
-          "(FEDMF_WORKER_ISOLATION=none)"
+          "namespaces (in a container: a seccomp profile that allows unshare, deploy/README.md), "
+          "or accept the exposure with worker_isolation: none (FEDMF_WORKER_ISOLATION=none)"
         )
     except BaseException:
       self.close()
