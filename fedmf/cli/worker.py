@@ -188,17 +188,12 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as e:
       raise FedmfUserError(f"cannot listen on {target}: {e}") from None
     if tls is not None:
-      security = (
-        f"mutual TLS on, as {tls.identity.describe()}; clients allowed: {allow.describe()}"
-      )
+      security = f"mutual TLS on, as {tls.identity.describe()}; clients allowed: {allow.describe()}"
     else:
       security = "mutual TLS off: a Unix socket of mode 0600 for this user only"
-    isolation = (
-      "exposed" if worker.exposed else "isolated in its own network namespace"
-    )
+    isolation = "exposed" if worker.exposed else "isolated in its own network namespace"
     print(
-      f"fedmf worker: serving on {bound} ({security}; TFF worker_binary {isolation}"
-      f"{health_line})",
+      f"fedmf worker: serving on {bound} ({security}; TFF worker_binary {isolation}{health_line})",
       flush=True,
     )
 

@@ -224,7 +224,9 @@ class PlatformConfig:
       at_least("workers", self.workers, 0)
       return
     if not self.workers:
-      raise ConfigError("workers must be a count >= 0 or a non-empty list of 'host:port' or 'unix:PATH'")
+      raise ConfigError(
+        "workers must be a count >= 0 or a non-empty list of 'host:port' or 'unix:PATH'"
+      )
     try:
       channels.check_remote_workers(self.workers, tls)
       if tls is not None:

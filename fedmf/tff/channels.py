@@ -151,9 +151,7 @@ class TLSFiles:
     ca = certificates.read_pem(self.ca, f"{what}.ca")
     cert = certificates.read_pem(self.cert, f"{what}.cert")
     key = certificates.read_key(self.key, f"{what}.key")
-    certificates.check_server_files(
-      cert, key, ca, (f"{what}.cert", f"{what}.key", f"{what}.ca")
-    )
+    certificates.check_server_files(cert, key, ca, (f"{what}.cert", f"{what}.key", f"{what}.ca"))
     return ca, cert, key
 
 

@@ -208,8 +208,8 @@ def _health_servicer(upstream: grpc.Channel) -> health.HealthServicer:
 
   def track(state: grpc.ChannelConnectivity) -> None:
     up = state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.IDLE)
-    status = health_pb2.HealthCheckResponse.SERVING if up else (
-      health_pb2.HealthCheckResponse.NOT_SERVING
+    status = (
+      health_pb2.HealthCheckResponse.SERVING if up else (health_pb2.HealthCheckResponse.NOT_SERVING)
     )
     for service in ("", SERVICE):
       servicer.set(service, status)

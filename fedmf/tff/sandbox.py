@@ -153,7 +153,7 @@ def namespace_unavailable_reason() -> Optional[str]:
 
 
 def _probe_namespace() -> str:
-  """"" when a child can enter a network namespace as `IsolatedWorker` makes it; else why not."""
+  """ "" when a child can enter a network namespace as `IsolatedWorker` makes it; else why not."""
   uid, gid, userns = os.getuid(), os.getgid(), not _has_net_capabilities()
   what = "user and network namespace" if userns else "network namespace"
   python = sys.executable

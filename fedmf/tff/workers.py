@@ -196,7 +196,9 @@ class WorkerPool:
       worker.source = source
       logger.warning(
         "TFF worker %s is back (it answers its health check; dropped for: %s); it takes chunks "
-        "again", worker.name, worker.lost,
+        "again",
+        worker.name,
+        worker.lost,
       )
       worker.lost, worker.unreachable_since, worker.warm = None, None, False
       worker.next_probe, worker.probe_wait = 0.0, _PROBE_FIRST_S

@@ -196,7 +196,9 @@ def pod_security_violations(pod: dict, level: str) -> list[str]:
   for sysctl in pod_sc.get("sysctls", []):
     if sysctl["name"] not in _SAFE_SYSCTLS:
       bad.append(f"sysctl {sysctl['name']}")
-  contexts = [("pod", pod_sc)] + [(c["name"], c.get("securityContext", {})) for c in _containers(pod)]
+  contexts = [("pod", pod_sc)] + [
+    (c["name"], c.get("securityContext", {})) for c in _containers(pod)
+  ]
   for name, sc in contexts:
     if sc.get("seccompProfile", {}).get("type") == "Unconfined":
       bad.append(f"{name}: seccomp Unconfined")
@@ -243,7 +245,10 @@ def test_the_pod_security_check_catches_what_issue_35_found():
   """The old StatefulSet (root, SYS_ADMIN, no seccomp, no allowPrivilegeEscalation) fails."""
   old = {
     "containers": [
-      {"name": "worker", "securityContext": {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}}}
+      {
+        "name": "worker",
+        "securityContext": {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}},
+      }
     ]
   }
   assert pod_security_violations(old, "baseline") == ["worker: adds capabilities ['SYS_ADMIN']"]

@@ -141,9 +141,10 @@ def test_no_socket_of_a_worker_reaches_another_local_user(second_user, tmp_path)
     assert refused.returncode == 2 and "plaintext would let every local user" in refused.stderr
     certs = make_certs(tmp_path / "certs")
     unix = f"unix:{tmp_path}/sock/worker.sock"
-    with running_worker("--listen", unix) as (a, _), running_worker(
-      "--listen", "127.0.0.1:0", *tls_args(certs)
-    ) as (b, _):
+    with (
+      running_worker("--listen", unix) as (a, _),
+      running_worker("--listen", "127.0.0.1:0", *tls_args(certs)) as (b, _),
+    ):
       pids = {a.pid, b.pid} | netns.descendants(a.pid) | netns.descendants(b.pid)
       targets = _listening(pids)
       kinds = [k for k, _ in targets]

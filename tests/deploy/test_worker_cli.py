@@ -45,8 +45,16 @@ def _refused(*args: str, timeout: float = 60) -> str:
     (["--listen", "nohost"], "--listen must be 'host:port' or 'unix:PATH'"),
     (["--listen", "1.2.3.4:8470", "--tls-cert", "C"], "missing --tls-key, --tls-client-ca"),
     (
-      ["--listen", "1.2.3.4:8470", "--tls-cert", "/nope.pem", "--tls-key", "K",
-       "--tls-client-ca", "A"],
+      [
+        "--listen",
+        "1.2.3.4:8470",
+        "--tls-cert",
+        "/nope.pem",
+        "--tls-key",
+        "K",
+        "--tls-client-ca",
+        "A",
+      ],
       "--tls-cert: cannot read /nope.pem",
     ),  # fmt: skip
     (["--listen", "unix:relative.sock"], "give unix:/ABSOLUTE/PATH"),
@@ -166,7 +174,9 @@ def test_allow_list_by_flag_file_and_fingerprint(certs, tmp_path):
   from fedmf.tff import certificates  # pylint: disable=import-outside-toplevel
 
   sign_client(certs, "alice", "/CN=alice", "extendedKeyUsage=clientAuth")
-  sign_client(certs, "bob", "/CN=bob", "subjectAltName=DNS:bob.example\nextendedKeyUsage=clientAuth")
+  sign_client(
+    certs, "bob", "/CN=bob", "subjectAltName=DNS:bob.example\nextendedKeyUsage=clientAuth"
+  )
   bob_print = certificates.identity_of((certs / "bob.pem").read_bytes()).fingerprint
   listed = tmp_path / "clients.txt"
   listed.write_text(f"# who may train here\nsha256:{bob_print}  # bob's laptop, pinned\n")
