@@ -44,10 +44,10 @@ runtime = "runc"
 EOF
 export CONTAINERS_CONF=$work/containers.conf
 
-compose=(podman-compose -p "$project" -f "$work/deploy/compose.yaml" -f "$work/deploy/e2e.yaml")
+compose=(podman-compose -p "$project" -f "$work/deploy/compose-e2e.yaml")
 teardown() {
   local code=$?
-  if [[ ${E2E_KEEP:-0} != 1 && -f $work/deploy/e2e.yaml ]]; then
+  if [[ ${E2E_KEEP:-0} != 1 && -f $work/deploy/compose-e2e.yaml ]]; then
     "${compose[@]}" down -v >/dev/null 2>&1 || true
   fi
   exit $code
@@ -82,8 +82,9 @@ for local_ca in /usr/local/share/ca-certificates/*.crt; do
 done
 say "image built in $((SECONDS - start)) s; no build CA inside"
 
-# The shipped compose file, as is, next to certificates made for it; e2e.yaml only swaps the
-# coordinator's config for a 6-round one (and its image name).
+# The shipped compose file next to certificates made for it, with one change: the coordinator's
+# config is a 6-round one (podman-compose 1.0 concatenates the lists of an override file, so the
+# change is made in a copy).
 rm -rf "$work/deploy" "$work/reference"
 mkdir -p "$work/deploy"
 cp "$repo/deploy/compose.yaml" "$work/deploy/"
@@ -108,12 +109,15 @@ printf '%s\nworkers: ["worker-0:8470", "worker-1:8470"]\nworker_tls: {ca: /certs
   "$tiny" >"$work/deploy/e2e-train.yaml"
 printf '%s\nworkers: 0\n' "$tiny" >"$work/deploy/in-process.yaml"
 chmod 644 "$work/deploy/e2e-train.yaml"
-cat >"$work/deploy/e2e.yaml" <<EOF
-services:
-  coordinator:
-    command: [train, --config, /e2e/e2e-train.yaml, --root, /data/run, --no-progress]
-    volumes: ["./e2e-train.yaml:/e2e/e2e-train.yaml:ro"]
-    restart: "no"
+"$(dirname "$fedmf")/python" - "$work/deploy" <<'EOF'
+import sys, yaml
+directory = sys.argv[1]
+doc = yaml.safe_load(open(f"{directory}/compose.yaml"))
+coordinator = doc["services"]["coordinator"]
+coordinator["command"][coordinator["command"].index("--config") + 1] = "/e2e/e2e-train.yaml"
+coordinator["volumes"].append("./e2e-train.yaml:/e2e/e2e-train.yaml:ro")
+coordinator["restart"] = "no"
+yaml.safe_dump(doc, open(f"{directory}/compose-e2e.yaml", "w"), sort_keys=False)
 EOF
 
 say "starting the stack: 2 workers and the coordinator"
