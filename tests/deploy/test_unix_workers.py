@@ -40,6 +40,7 @@ def _weights(root: Path):
     return [f[k] for k in f.files]
 
 
+@pytest.mark.slow  # two trainings (about 1 min each, 6 under a loaded machine)
 def test_two_unix_socket_workers_give_the_in_process_model(tmp_path, capsys, monkeypatch):
   from fedmf.tff import sandbox  # pylint: disable=import-outside-toplevel
 
