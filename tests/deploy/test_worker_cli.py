@@ -245,20 +245,16 @@ class _Source:
     return self.stub
 
 
-_SEEN: dict[int, list[str]] = {}
-
-
 def _said(proc: subprocess.Popen, text: str) -> bool:
-  """True once `proc` wrote a new stderr line containing `text` (each line counted once)."""
+  """True once `proc` wrote a new stderr line containing `text` (lines are read, so each counts
+  once)."""
   import select  # pylint: disable=import-outside-toplevel
 
-  lines = _SEEN.setdefault(proc.pid, [])
   while select.select([proc.stderr], [], [], 0.1)[0]:
     line = proc.stderr.readline()
     if not line:
       break
     if text in line:
-      lines.append(line)
       return True
   return False
 
@@ -311,20 +307,13 @@ def test_health_service_alone_on_its_own_port(certs):
   from fedmf.tff import front  # pylint: disable=import-outside-toplevel
 
   args = ["--listen", "127.0.0.1:0", *tls_args(certs), "--health-listen", "127.0.0.1:0"]
-  with running_worker(*args) as (proc, _):
-    assert proc.poll() is None
-    line_health = Path(f"/proc/{proc.pid}/cmdline").exists()
-    assert line_health
-  out_port = None
-  with running_worker(*args) as (proc, _):
+  with running_worker(*args) as (proc, served):
     out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
-    ports = [
+    ports = {
       line.split()[3].rsplit(":", 1)[1] for line in out.splitlines() if f"pid={proc.pid}," in line
-    ]
-    assert len(ports) == 2
-    for port in ports:
-      if front.check_health(f"127.0.0.1:{port}"):
-        out_port = port
-    assert out_port is not None
+    }
+    assert len(ports) == 2 and served.rsplit(":", 1)[1] in ports
+    (out_port,) = ports - {served.rsplit(":", 1)[1]}
+    assert front.check_health(f"127.0.0.1:{out_port}")
     code, _ = executor_call(f"127.0.0.1:{out_port}")
     assert code == grpc.StatusCode.UNIMPLEMENTED
