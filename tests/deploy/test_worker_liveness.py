@@ -13,7 +13,7 @@ from fedmf.tff import channels
 from tests.deploy.workers_helpers import make_certs, running_worker, sleepy_computation, tls_args
 
 
-def test_the_fronts_ping_policy_accepts_the_coordinators_pings(monkeypatch):
+def test_the_fronts_ping_policy_accepts_the_coordinators_pings(monkeypatch, tmp_path):
   """gRPC's default server policy (one ping per 5 minutes without data, 2 strikes) answered the
   coordinator's 10 s pings with GOAWAY too_many_pings during a silent chunk."""
   client, server = dict(channels.CHANNEL_OPTIONS), dict(channels.SERVER_OPTIONS)
@@ -36,7 +36,7 @@ def test_the_fronts_ping_policy_accepts_the_coordinators_pings(monkeypatch):
     return real(*args, **kwargs)
 
   monkeypatch.setattr(front.grpc, "server", spy)
-  server_obj, _, _ = front.serve("unix:/tmp/fedmf-scaleout-policy/none.sock", "unix:/nonexistent")
+  server_obj, _, _ = front.serve(f"unix:{tmp_path}/s/front.sock", "unix:/nonexistent")
   server_obj.stop(0)
   assert seen == server
 
