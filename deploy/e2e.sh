@@ -51,6 +51,7 @@ teardown() {
   if [[ ${E2E_KEEP:-0} != 1 && -f $work/deploy/compose-e2e.yaml ]]; then
     "${compose[@]}" down -v >/dev/null 2>&1 || true
     podman network rm -f "${project}_fedmf" >/dev/null 2>&1 || true  # podman-compose 1.0 keeps it
+    rm -rf "$work/deploy"  # the throwaway CA and keys with it
   fi
   exit $code
 }
