@@ -71,8 +71,7 @@ def _measure(overrides: list[str], hosts, rounds: int, worker_pids=()) -> dict:
 
   config = load_config(None, overrides)
   with platform.execution(config) as pool:
-    run = training_run.build_run(config)
-    platform.attach(run, pool)
+    run = training_run.build_run(config, pool=pool)
     training_run.train_round(run, training_run.draw_cohort(run, 0))  # warm-up: tracing, first calls
     before = [_link_bytes(h.link) for h in hosts]
     workers_cpu0 = sum(_tree_cpu_seconds(p) for p in worker_pids)
