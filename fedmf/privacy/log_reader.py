@@ -13,7 +13,6 @@ import gzip
 import io
 import json
 import os
-import sys
 import zlib
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -21,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fedmf.mf import resources
 from fedmf.privacy.log_format import (
   CLIENT_ID,
   MAX_ROUND_VALUE,
@@ -188,25 +188,20 @@ def _arrow_error(path: str, e: Exception) -> ParticipationLogError:
 
 
 class _Progress:
-  """A tqdm bar on stderr (when enabled): bytes of the file read for CSV, rows for Parquet/JSONL."""
+  """The read's progress (`fedmf.progress`: a bar on a terminal, lines with an ETA every 30 s
+  otherwise, so only a large log shows any): bytes of the file read for CSV (compressed bytes for
+  .csv.gz), rows for Parquet/JSONL."""
 
   def __init__(self, path: str, enabled: bool, fmt: LogFormat):
     self.bar = None
+    self.by_bytes = fmt.kind == "csv"
     if not enabled:
       return
-    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    from fedmf import progress  # pylint: disable=g-import-not-at-top
 
-    desc = f"reading {os.path.basename(path)}"
-    if fmt.kind == "csv":  # Position in the file itself (compressed bytes for .csv.gz).
-      self.bar = tqdm(
-        total=os.path.getsize(path),
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=desc,
-        file=sys.stderr,
-        leave=False,
-      )
+    label = f"reading {os.path.basename(path)}"
+    if self.by_bytes:
+      total = os.path.getsize(path)
     else:
       total = None
       if fmt.kind == "parquet":
@@ -216,18 +211,18 @@ class _Progress:
           total = pq.ParquetFile(path).metadata.num_rows
         except (pa.ArrowInvalid, OSError):
           pass
-      self.bar = tqdm(
-        total=total, unit=" rows", unit_scale=True, desc=desc, file=sys.stderr, leave=False
-      )
+    self.bar = progress.Progress(
+      total, unit="row", label=label, every=None, byte_sizes=self.by_bytes
+    )
 
   def position(self, position: int) -> None:
     """CSV: the file has been read up to ``position`` bytes."""
-    if self.bar is not None and self.bar.unit == "B":
-      self.bar.update(max(0, min(position, self.bar.total) - self.bar.n))
+    if self.bar is not None and self.by_bytes:
+      self.bar.update(min(position, self.bar.total))
 
   def rows(self, rows: int) -> None:
-    if self.bar is not None and self.bar.unit != "B":
-      self.bar.update(rows)
+    if self.bar is not None and not self.by_bytes:
+      self.bar.update(self.bar.done + rows)
 
   def close(self) -> None:
     if self.bar is not None:
@@ -492,7 +487,8 @@ def iter_log_batches(
   Args:
     path: A ``.csv``, ``.csv.gz``, ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file.
     columns: Columns to read (must include 'round' and 'client_id'); None reads all, extras kept.
-    progress: Show a tqdm progress bar on stderr (the caller decides: e.g. only on a terminal).
+    progress: Show progress on stderr (`fedmf.progress`: a bar on a terminal, else a line with
+      the ETA every 30 s of reading).
     end: Receives what the end of a CSV file showed (``LogTail.cut_off_row``: a last line without
       its line end), once the last batch has been read.
 
@@ -527,6 +523,7 @@ def iter_log_batches(
         raise _arrow_error(path, e) from None
       if batch.num_rows == 0:
         continue
+      resources.check_time()  # --max-seconds: a huge log is stopped between batches.
       table = _validate_batch(path, batch, row)
       row += table.num_rows
       total += table.num_rows
