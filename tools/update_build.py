@@ -31,6 +31,27 @@ LOCAL_MARKERS = ("tests.netns", "from tests import netns", "unshare", "geteuid")
 # Heavier tests (TensorFlow Federated processes) get Bazel's "large" size (a longer timeout).
 LARGE_MARKERS = ("tensorflow", "fedmf.tff", "fedmf.program", "fedmf.tasks")
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+IMPORTS_RUNNER = "tools/bazel_imports.py"
+# CI runs what only Bazel can check (`python3 dev.py bazel`: `bazel test --test_tag_filters=ci
+# //...`, which builds every target and runs the tests tagged "ci"): each library imports with only
+# the deps BUILD gives it (`<library>_imports`), and these tests, one or two per package, run
+# through the Bazel toolchain and sandbox. The whole suite runs under pytest in CI already;
+# `python3 dev.py bazel //...` runs all of it under Bazel too (about 20 min on 2 cores).
+CI_TESTS = (
+  "tests/test_build_file.py",  # BUILD is current
+  "tests/test_layers.py",  # the layer table
+  "tests/test_foundation.py",  # the console script in a subprocess, layer imports
+  "tests/test_cli_startup.py",  # what `fedmf --help` imports
+  "tests/mf/test_strategies.py",  # the math layer and its loader
+  "tests/participation/test_models.py",
+  "tests/test_audit_scan.py",  # pyarrow, the auditor
+  "tests/tff/test_noise.py",  # TensorFlow and TFF graphs in the toolchain
+  "tests/tff/test_context.py",  # an owned TFF worker in its own network namespace
+  "tests/tasks/test_synthetic.py",
+  "tests/program/test_config.py",  # the shipped configs, read from the source tree
+  "tests/public_features/test_math.py",
+  "tests/deploy/test_manifests.py",
+)
 
 
 def _all_files() -> list[str]:
@@ -205,6 +226,16 @@ def render() -> dict[str, str]:
     deps = layout.deps(srcs, own=":" + name)
     graph[":" + name] = [d for d in deps if d.startswith(":")]
     out += [f"# {package}/"] + _rule("py_library", name=name, srcs=srcs, deps=deps)
+    out += _rule(
+      "py_test",
+      name=f"{name}_imports",
+      size="large",  # (TensorFlow's import alone takes ~10 s on a loaded machine)
+      srcs=[IMPORTS_RUNNER],
+      main=IMPORTS_RUNNER,
+      args=[package.replace("/", ".")],
+      deps=[":" + name],
+      tags=["ci"],
+    )
 
   tests = [f for f in files if f.startswith("tests/")]
   helpers = [f for f in tests if not Path(f).name.startswith("test_")]
@@ -255,6 +286,7 @@ def render() -> dict[str, str]:
     deps.sort(key=lambda label: (label.startswith("@"), label))
     local = any(marker in text for marker in LOCAL_MARKERS)
     large = rel.startswith("tests/tff/") or any(m in text for m in LARGE_MARKERS)
+    tags = (["exclusive", "no-sandbox"] if local else []) + (["ci"] if rel in CI_TESTS else [])
     out += _rule(
       "py_test",
       name=rel[len("tests/") : -3].replace("/", "_"),
@@ -263,7 +295,7 @@ def render() -> dict[str, str]:
       main=RUNNER,
       args=[rel],
       deps=deps,
-      tags=["exclusive", "no-sandbox"] if local else None,
+      tags=tags or None,
     )
 
   pypi = [
