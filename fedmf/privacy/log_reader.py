@@ -381,12 +381,51 @@ def _iter_csv(
     except pa.ArrowInvalid as e:
       if not pa.types.is_string(round_type) and "conversion error to" in str(e):
         continue
+      if "straddl" in str(e):  # Arrow's "straddling object straddles two block boundaries".
+        raise _long_line_error(path, fmt) from None
       raise _arrow_error(path, e) from None
     except (pa.ArrowIOError, OSError, EOFError) as e:
       raise _arrow_error(path, e) from None
     finally:
       if raw is not None:
         raw.close()
+
+
+def _long_line_error(path: str, fmt: LogFormat) -> ParticipationLogError:
+  """The one-line error for a CSV line longer than a read block (pyarrow says only "straddling
+  object straddles two block boundaries"): which row, how long, and what a row should be."""
+  found = _first_long_line(path, fmt, _CSV_BLOCK_SIZE)
+  limit = f"{_CSV_BLOCK_SIZE >> 20} MiB"
+  if found is None:  # (not expected: the reader saw one)
+    return ParticipationLogError(f"{path}: a line is longer than {limit}: not a participation log?")
+  line, length = found
+  where = "the header line" if line == 1 else f"row {line - 1} (line {line})"
+  return ParticipationLogError(
+    f"{path}: {where} is {length / 2**20:.1f} MiB long, beyond the {limit} a row may have (a "
+    "round and a client id): is this a participation log?"
+  )
+
+
+def _first_long_line(path: str, fmt: LogFormat, limit: int) -> Optional[tuple[int, int]]:
+  """(1-based line number, length in bytes) of the first line longer than `limit`, or None; one
+  streamed pass, 1 MiB at a time."""
+  opener = gzip.open if fmt.gzip else open
+  number, length = 1, 0
+  with opener(path, "rb") as f:
+    while True:
+      chunk = f.read(1 << 20)
+      if not chunk:
+        return (number, length) if length > limit else None
+      start = 0
+      while True:
+        end = chunk.find(b"\n", start)
+        if end < 0:
+          length += len(chunk) - start
+          break
+        length += end - start
+        if length > limit:
+          return number, length
+        number, length, start = number + 1, 0, end + 1
 
 
 def _iter_jsonl(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Iterator[Any]:

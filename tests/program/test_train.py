@@ -78,10 +78,20 @@ def _worker_pids():
   return found
 
 
-def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys):
-  extra = ["rounds=12", "checkpoint_every=3"]
-  reference = tmp_path / "reference"
-  assert cli_main.main(_args(reference, extra)) == 0, capsys.readouterr().err
+# The uninterrupted run the crash tests compare with (one run for both).
+RESUMED = ["rounds=12", "checkpoint_every=3"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache_dir):
+  root = tmp_path_factory.mktemp("reference") / "root"
+  assert cli_main.main(_args(root, RESUMED)) == 0
+  return root
+
+
+def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys, reference):
+  extra = RESUMED
+  capsys.readouterr()
   crashed = tmp_path / "crashed"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   command = [sys.executable, "-m", "fedmf.cli.main", *_args(crashed, extra)]
@@ -313,27 +323,26 @@ def _crash_after(monkeypatch, owner, name, when):
 
 
 def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_round(
-  tmp_path, monkeypatch, capsys
+  tmp_path, monkeypatch, capsys, reference
 ):
   """Item 0 of issue 38: the program stops right after one step of a round (deterministically, not
   at a random moment), is rerun, and must end with the uninterrupted run's logs. The first crash
-  lands right after the checkpoint that covers round 4: a participation log written after the
-  checkpoint would miss round 4 for good (resume truncates the log to the checkpoint and goes on
-  from round 5), and its audit would under-count those devices' participations."""
+  lands right after the checkpoint that covers round 5: a participation log written after the
+  checkpoint would miss round 5 for good (resume truncates the log to the checkpoint and goes on
+  from round 6), and its audit would under-count those devices' participations."""
   from fedmf.privacy import log_journal
   from fedmf.program import train
 
-  extra = ["rounds=9", "checkpoint_every=5"]
-  reference = tmp_path / "reference"
-  assert cli_main.main(_args(reference, extra)) == 0, capsys.readouterr().err
+  extra = RESUMED
+  capsys.readouterr()
   root = tmp_path / "crashed"
   crash_points = [
-    # The checkpoint (version 5) that covers round 4.
-    (train.FileCheckpoints, "save", lambda run, version: version == 5),
-    # Round 6's participation rows, before its metrics (resumed from version 5).
-    (log_journal.AppendableParticipationLog, "write_round", lambda r, ids: r == 6),
-    # Round 7's metrics, before the final checkpoint.
-    (train.MetricsJournal, "release", lambda value, key: key == 7),
+    # The checkpoint (version 6) that covers round 5.
+    (train.FileCheckpoints, "save", lambda run, version: version == 6),
+    # Round 7's participation rows, before its metrics (resumed from version 6).
+    (log_journal.AppendableParticipationLog, "write_round", lambda r, ids: r == 7),
+    # Round 8's metrics, before its model release and the checkpoint that covers it.
+    (train.MetricsJournal, "release", lambda value, key: key == 8),
   ]
   for owner, name, when in crash_points:
     with monkeypatch.context() as patch:
@@ -349,7 +358,7 @@ def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_r
   assert f"final model          {root / 'release' / 'final_model.npz'}" in out
   assert (root / "participation.csv").read_text() == (reference / "participation.csv").read_text()
   logged = {int(row["round"]) for row in csv.DictReader(open(root / "participation.csv"))}
-  assert logged == set(range(9))  # Every released round, each with its devices.
+  assert logged == set(range(12))  # Every released round, each with its devices.
   assert _metric_rows(root) == _metric_rows(reference)
   assert (root / JOURNAL_NAME).read_text() == (reference / JOURNAL_NAME).read_text()
   for a, b in zip(_weights(reference), _weights(root)):
