@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
   try:
     quiet.import_tensorflow_quietly()
-    from fedmf.program import loop  # pylint: disable=g-import-not-at-top
+    from fedmf.program import training_run  # pylint: disable=g-import-not-at-top
     from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
     from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     f"{'-' if final is None else format(final, '.4f')}  ({summary['accuracy_note']})"
   )
   print(
-    f"  privacy (audit)      epsilon {loop.format_epsilon(a['epsilon'])} at delta {a['delta']:g}"
+    f"  privacy (audit)      epsilon {training_run.format_epsilon(a['epsilon'])} at delta {a['delta']:g}"
   )
   print(f"  final model          {Path(args.root) / 'release' / 'final_model.npz'}")
   return 0

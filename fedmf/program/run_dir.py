@@ -264,6 +264,25 @@ def read_run(path: str | Path) -> RunInputs:
 METRICS_FILE = "metrics.csv"
 
 
+def metrics_rows(directory: str | Path) -> Optional[list[dict[str, str]]]:
+  """THE reader of a run's metrics.csv (its writers: `outputs.MetricsWriter` for `fedmf simulate`,
+  the metrics release of `fedmf train`): its rows as {column: text}, or None when it is absent,
+  unreadable or has no `round` column."""
+  import csv  # pylint: disable=g-import-not-at-top
+
+  path = Path(directory) / METRICS_FILE
+  if not path.is_file():
+    return None
+  try:
+    with open(path, newline="", encoding="utf-8") as f:
+      rows = list(csv.DictReader(f))
+  except (OSError, UnicodeDecodeError, csv.Error):
+    return None
+  if rows and "round" not in rows[0]:
+    return None
+  return rows
+
+
 def read_metrics(
   directory: str | Path,
   initial_accuracy: Optional[float] = None,
@@ -277,21 +296,12 @@ def read_metrics(
   final model's when it was evaluated after the last evaluation round, else summary.json's
   final_test_accuracy is used when its round has no accuracy in metrics.csv.
   """
-  import csv  # pylint: disable=g-import-not-at-top
-
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedmf.privacy.report_model import RunMetrics  # pylint: disable=g-import-not-at-top
 
-  path = Path(directory) / METRICS_FILE
-  if not path.is_file():
-    return None
-  try:
-    with open(path, newline="", encoding="utf-8") as f:
-      rows = list(csv.DictReader(f))
-  except (OSError, UnicodeDecodeError, csv.Error):
-    return None
-  if not rows or "round" not in rows[0]:
+  rows = metrics_rows(directory)
+  if not rows:
     return None
 
   def number(text: Optional[str]) -> float:
