@@ -8,6 +8,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
+from fedmf import display
 from fedmf.privacy import accounting
 from fedmf.privacy import curve as curve_lib
 from fedmf.privacy.log_counts import REASONS, LogStatistics, ViolationTable
@@ -160,7 +161,7 @@ class AuditResult:
       guarantee = False
       statement = (
         f"No privacy guarantee: the sensitivity is only a lower bound, so epsilon "
-        f"{a.epsilon:.4g} is optimistic, not a guarantee (audit with --sensitivity auto)."
+        f"{display.epsilon(a.epsilon)} is optimistic, not a guarantee (audit with --sensitivity auto)."
       )
       failures.append("no privacy guarantee (the sensitivity is a lower bound)")
     else:
@@ -178,7 +179,7 @@ class AuditResult:
           "end: its id may be cut off)"
         )
       statement = (
-        f"({a.epsilon:.4g}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
+        f"({display.epsilon(a.epsilon)}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
         f"under the participation the log shows: {realized}."
       )
       if self.declared is not None:
@@ -188,12 +189,12 @@ class AuditResult:
             f"The log VIOLATES the declared schema ({declared}): {violating} clients "
             f"({counts['min-sep']} below the min-separation, {counts['max-participations']} "
             f"above the max participations). The declared epsilon "
-            f"{self.declared.accounting.epsilon:.4g} does NOT hold. What holds is {statement}"
+            f"{display.epsilon(self.declared.accounting.epsilon)} does NOT hold. What holds is {statement}"
           )
         else:
           statement += (
             f" It complies with the declared schema ({declared}), whose epsilon "
-            f"{self.declared.accounting.epsilon:.4g} holds too."
+            f"{display.epsilon(self.declared.accounting.epsilon)} holds too."
           )
       statement = self._amplified_statement(statement)
     if self.amplified is not None and self.partition_violations:
@@ -220,7 +221,7 @@ class AuditResult:
     if self.amplification_credited:
       acc = self.amplified.accounting
       return (
-        f"({acc.epsilon:.4g}, {acc.delta:g})-DP with privacy AMPLIFICATION by "
+        f"({display.epsilon(acc.epsilon)}, {acc.delta:g})-DP with privacy AMPLIFICATION by "
         f"{c.partitions}-cyclic Poisson sampling (BandMF Thm 4; q = "
         f"{acc.sampling.sampling_probability:.4g} over {acc.sampling.dataset_size} devices), "
         f"for every device, as the run declares its sampling: the log complies with the "

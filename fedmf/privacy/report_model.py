@@ -19,8 +19,10 @@ from typing import Any, Optional
 import numpy as np
 
 from fedmf import __version__
+from fedmf import display
 from fedmf.privacy import audit_result
 from fedmf.privacy import log_counts
+from fedmf.privacy import report_words
 
 # The file of each plot, by key.
 PLOT_FILES = {
@@ -40,6 +42,9 @@ class RunMetrics:
 
   columns: dict[str, np.ndarray]
   initial_accuracy: Optional[float] = None
+  # (rounds completed, accuracy) of the final model when it was evaluated after the last
+  # evaluation round (a run stopped by its budget between two evaluations).
+  final_accuracy: Optional[tuple[int, float]] = None
 
   def get(self, name: str) -> Optional[np.ndarray]:
     values = self.columns.get(name)
@@ -102,6 +107,7 @@ class ReportDocument:
   violations: tuple[ViolationRow, ...]  # The first `max_violations`.
   more_violations: int  # Listed in audit.json only.
   statement_sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+  explanations: tuple[report_words.Paragraph, ...] = ()  # In plain words, with their docs.
   version: str = __version__
 
 
@@ -267,7 +273,7 @@ def _facts(result: audit_result.AuditResult, hashes: dict[str, Any]) -> list[tup
       )  # pylint: disable=protected-access
     )
   if result.max_epsilon is not None:
-    facts.append(("Budget (--max-epsilon)", f"{result.max_epsilon:g}"))
+    facts.append(("Budget ε (--max-epsilon; a run's budget.epsilon)", f"{result.max_epsilon:g}"))
   facts.append(("Log sha256", hashes.get("log") or "not available"))
   if hashes.get("strategy"):
     facts.append(("Strategy sha256", hashes["strategy"]))
@@ -285,7 +291,7 @@ def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
       f"{a.sensitivity:.6g}",
       a.sensitivity_method,
       _fmt(a.rho),
-      _fmt(a.epsilon),
+      display.epsilon(a.epsilon),
       "yes" if result.verdict().guarantee else "no",
     ]
   ]
@@ -302,7 +308,7 @@ def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
         f"{d.sensitivity:.6g}",
         d.sensitivity_method,
         _fmt(d.rho),
-        _fmt(d.epsilon),
+        display.epsilon(d.epsilon),
         "yes" if holds else "NO",
       ]
     )
@@ -317,7 +323,7 @@ def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
         "-" if acc is None else f"{acc.max_column_norm:.6g}",
         "BandMF Thm 4",
         "-",
-        "-" if acc is None else _fmt(acc.epsilon),
+        "-" if acc is None else display.epsilon(acc.epsilon),
         "yes" if result.amplification_credited and result.verdict().guarantee else "NO",
       ]
     )
@@ -329,7 +335,7 @@ _FIGURES = (
   (
     "epsilon",
     "Privacy over rounds",
-    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε; dotted (when a budget is given, --max-epsilon): the budget.",
+    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε; dotted: the budget, when there is one (fedmf audit --max-epsilon; fedmf train's budget.epsilon).",
   ),
   (
     "participations",
@@ -349,7 +355,7 @@ _FIGURES = (
   (
     "training",
     "Training",
-    "Test accuracy and loss of the model on the evaluated rounds (metrics.csv).",
+    "Test accuracy and loss of the model on the evaluated rounds (metrics.csv); a diamond: the final model, evaluated when the run stopped between two evaluation rounds.",
   ),
   (
     "checkins",
@@ -435,4 +441,5 @@ def build_document(
     statement_sections=tuple(
       (section, tuple(items)) for section, items in privacy_statement(result)
     ),
+    explanations=report_words.for_result(result),
   )

@@ -12,6 +12,7 @@ import base64
 import html as html_lib
 from typing import Any
 
+from fedmf.privacy import report_words
 from fedmf.privacy.report_model import ReportDocument
 
 _CSS = """
@@ -50,6 +51,10 @@ footer { margin-top: 2.5rem; color: var(--muted); font-size: .85rem; }
 def markdown(doc: ReportDocument) -> str:
   lines = ["# Privacy audit report", "", f"**{doc.headline}.** {doc.statement}", ""]
   lines += [f"- {k}: {val}" for k, val in doc.facts] + [""]
+  if doc.explanations:
+    lines += ["## In plain words", ""]
+    for par in doc.explanations:
+      lines += [f"**{par.title}.** {par.text} (More: `{par.doc}`.)", ""]
   if doc.notes or doc.warnings:
     lines += ["## Notes and warnings", ""]
     lines += [f"- Note: {n}" for n in doc.notes] + [f"- Warning: {w}" for w in doc.warnings]
@@ -118,6 +123,17 @@ def html(doc: ReportDocument) -> str:
   out += ['<section aria-labelledby="summary">', '<h2 id="summary">Summary</h2>', "<dl>"]
   out += [f"<dt>{_e(k)}</dt><dd>{_e(val)}</dd>" for k, val in doc.facts]
   out += ["</dl>", "</section>"]
+  if doc.explanations:
+    out += ['<section aria-labelledby="words">', '<h2 id="words">In plain words</h2>']
+    for par in doc.explanations:
+      link = report_words.doc_link(par.doc)
+      more = (
+        f'<a href="{_e(link)}"><code>{_e(par.doc)}</code></a>'
+        if link
+        else f"<code>{_e(par.doc)}</code>"
+      )
+      out.append(f"<p><strong>{_e(par.title)}.</strong> {_e(par.text)} More: {more}.</p>")
+    out.append("</section>")
   out += ['<section aria-labelledby="claims">', '<h2 id="claims">Privacy claims</h2>', "<table>"]
   table = doc.claims
   out.append(

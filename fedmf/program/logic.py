@@ -25,9 +25,11 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import tensorflow_federated as tff
 
+from fedmf import progress as progress_lib
 from fedmf.mf import strategies
 from fedmf.program import training_run
 from fedmf.program import outputs
+from fedmf.program import plan as plan_lib
 from fedmf.program import run_dir
 
 logger = logging.getLogger("fedmf.train")
@@ -103,7 +105,7 @@ class Program:
       at the end (key 'final').
     participation_log: `write_round(r, client_ids)`.
     journal: `check_and_record(r, noisy_mean)`: refuses to release a round twice, differently.
-    progress: `outputs.Progress`.
+    progress: `fedmf.progress.Progress`, told the rounds done after each round.
     budget: ε the run stops before exceeding (None: no guard).
   """
 
@@ -112,7 +114,7 @@ class Program:
   model_manager: tff.program.ReleaseManager
   participation_log: RoundLog
   journal: Journal
-  progress: outputs.Progress
+  progress: progress_lib.Progress
   budget: Optional[float] = None
 
 
@@ -199,7 +201,7 @@ async def run_rounds(
       await program.checkpoints.save(run, done)
       last_saved = done
     records.append(record)
-    program.progress.update(r, _progress_fields(run, records, accuracy))
+    program.progress.update(done, _progress_fields(run, records, accuracy))
   if run.server.round != last_saved:
     # A budget stop between checkpoints: the state of the last completed round, so a rerun does
     # not redo released rounds. Not when that round's checkpoint exists (a stop right after a
@@ -240,11 +242,11 @@ def _progress_fields(
   run: training_run.TrainingRun, records: list, accuracy: float
 ) -> dict[str, str]:
   record = records[-1]
-  fields = {
-    "loss": f"{record.loss:.3f}",
-    "accuracy": f"{accuracy:.4f}",
-    "epsilon": training_run.format_epsilon(run.meter.epsilon(record.round + 1)),
-  }
+  fields = {"loss": f"{record.loss:.3f}", "accuracy": f"{accuracy:.4f}"}
+  if run.plan.noise_multiplier:
+    fields["epsilon"] = training_run.format_epsilon(run.meter.epsilon(record.round + 1))
+  else:  # σ = 0: no ε to show (the meter's would be inf), as every other output says.
+    fields["epsilon"] = "none (no privacy guarantee)"
   zeroed = sum(x.zeroed for x in records)
   if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
     fields["zeroed"] = str(zeroed)
@@ -288,6 +290,20 @@ def describe_plan(run: training_run.TrainingRun) -> list[str]:
     if p.noise_multiplier
     else "planned privacy: none (noise multiplier 0 trains without DP: no privacy guarantee)",
   ]
+  budget = run.config.program.budget.epsilon
+  if budget is not None and p.noise_multiplier and p.epsilon > budget:
+    # Said before the rounds, not found out after them (issue 38 item 7).
+    warning = (
+      f"warning: the planned epsilon {training_run.format_epsilon(p.epsilon)} exceeds budget.epsilon "
+      f"{budget:g}: the budget guard will stop the run early"
+    )
+    if p.sensitivity is not None:  # (b-min-separation accounting; not an amplified plan)
+      fit = plan_lib.rounds_within_budget(p, budget)
+      warning += (
+        f", at the earliest before round {fit} (the first {fit} of "
+        f"{run.config.program.rounds} rounds fit the budget under the declared participation)"
+      )
+    lines.append(warning + "; lower the rounds, raise noise_multiplier, or use target_epsilon")
   return lines
 
 
@@ -305,19 +321,39 @@ def finish(
   report: bool,
   log=print,
   extra: Optional[dict[str, Any]] = None,
+  budget: Optional[float] = None,
+  stopped_by_budget: bool = False,
 ) -> dict[str, Any]:
-  """Audits the run's participation log and writes audit.json, the report and summary.json."""
-  result, audit_dict = _audit(run, out, len(records), initial, report)
+  """Audits the run's participation log and writes audit.json, the report and summary.json.
+
+  `budget` (fedmf train's budget.epsilon) is drawn on the report's ε curve and checked by the
+  audit; `stopped_by_budget` says in the report why the run has fewer rounds than planned."""
   c = run.config
   p = run.plan
   # The final accuracy is the final model's: the last round's evaluation, or, when the last round
-  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now.
+  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now (and
+  # shown on the report's accuracy plot).
   final_accuracy = final_loss = None
+  evaluated_after = None
   if records and records[-1].accuracy is not None:
     final_accuracy, final_loss = records[-1].accuracy, records[-1].test_loss
   elif records:
     final = run.task.evaluate(run.server.weights)
     final_accuracy, final_loss = final["accuracy"], final["loss"]
+    evaluated_after = (records[-1].round + 1, float(final_accuracy))
+  notes = []
+  if budget is not None:
+    done = len(records)
+    notes.append(
+      f"privacy budget (budget.epsilon): {budget:g}; the program stopped after {done} of "
+      f"{c.program.rounds} rounds because releasing round {done} would have taken epsilon past "
+      "it (the dotted line)"
+      if stopped_by_budget
+      else f"privacy budget (budget.epsilon): {budget:g}; the run stayed within it"
+    )
+  result, audit_dict = _audit(
+    run, out, len(records), initial, report, budget, tuple(notes), evaluated_after
+  )
   counts = result.violation_counts()
   summary = {
     "rounds": c.program.rounds,
@@ -356,7 +392,16 @@ def finish(
   return summary
 
 
-def _audit(run: training_run.TrainingRun, out: Path, rounds_completed: int, initial, report: bool):
+def _audit(
+  run: training_run.TrainingRun,
+  out: Path,
+  rounds_completed: int,
+  initial,
+  report: bool,
+  budget: Optional[float] = None,
+  notes: tuple[str, ...] = (),
+  final_accuracy: Optional[tuple[int, float]] = None,
+):
   """The audit of OUT/participation.csv (and the report); returns (result, its dict)."""
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
 
@@ -374,8 +419,9 @@ def _audit(run: training_run.TrainingRun, out: Path, rounds_completed: int, init
     max_participations=declared.max_participations,
     progress=False,
     curve="every-round" if report else False,  # the meter's ε, round by round
-    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
+    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None) + notes,
     sampling=sampling,
+    max_epsilon=budget,
   )
   audit_dict = result.to_dict()
   if report:
@@ -387,7 +433,9 @@ def _audit(run: training_run.TrainingRun, out: Path, rounds_completed: int, init
       out,
       strategy_path=str(strategy_file) if strategy_file.is_file() else None,
       # summary.json, which holds the initial accuracy, comes next.
-      metrics=run_dir.read_metrics(out, initial_accuracy=initial["accuracy"]),
+      metrics=run_dir.read_metrics(
+        out, initial_accuracy=initial["accuracy"], final_accuracy=final_accuracy
+      ),
     )
   else:
     outputs.write_json(out / "audit.json", audit_dict)
