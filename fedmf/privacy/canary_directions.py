@@ -107,8 +107,8 @@ class HadamardDirections:
         f"a model of {self.dim} parameters (at most {self.size}, the largest power of two <= d)"
       )
     rng = np.random.default_rng([int(seed), DIRECTIONS_TAG])
-    step = _coprime_step(self.dim, rng)
-    offset = int(rng.integers(0, self.dim))
+    self.step = step = _coprime_step(self.dim, rng)
+    self.offset = offset = int(rng.integers(0, self.dim))
     self.signs = (1 - 2 * rng.integers(0, 2, self.size, dtype=np.int8)).astype(np.int8)
     self.columns = rng.choice(self.size, self.count, replace=False).astype(np.int64)  # shuffled
     coords = (np.arange(self.size, dtype=np.int64) * step + offset) % self.dim

@@ -170,6 +170,8 @@ class CanaryRecord:
     projections: (n, M) ⟨released noised sum of round t, u_c⟩ / ζ_t.
     final_projections: (M,) ⟨w_final − w_initial, u_c⟩, or None.
     final_norm: ‖w_final − w_initial‖, or None.
+    clients_variance: the real clients' mean per-round variance on a canary direction over ζ²,
+      or None.
   """
 
   inserted: np.ndarray
@@ -178,6 +180,7 @@ class CanaryRecord:
   projections: np.ndarray
   final_projections: Optional[np.ndarray] = None
   final_norm: Optional[float] = None
+  clients_variance: Optional[float] = None  # see `empirical_noise.noise_check`
 
   @property
   def rounds(self) -> int:
@@ -264,6 +267,7 @@ def estimate(
       pattern_rounds,
       float(mu_c[strongest]),
       delta,
+      record.clients_variance,
     )
     warnings += check.warnings()
   for name, e in estimates.items():

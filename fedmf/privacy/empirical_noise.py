@@ -47,6 +47,9 @@ class NoiseCheck:
   measured_mu_interval: Optional[tuple[float, float]] = None
   measured_epsilon: Optional[float] = None
   note: Optional[str] = None
+  # The real clients' share of the per-round variance on the canary directions (their updates
+  # project on them too: ‖Σ clipped‖²/(ζ²N) per round), when known.
+  clients_fraction: Optional[float] = None
 
   @property
   def scale_consistent(self) -> bool:
@@ -74,8 +77,18 @@ class NoiseCheck:
       ),
       "measured_noise_epsilon": self.measured_epsilon,
       "leak_consistent": self.leak_consistent,
+      "clients_variance_fraction": self.clients_fraction,
       "note": self.note,
     }
+
+  def _clients_said(self) -> str:
+    if self.clients_fraction is None or self.clients_fraction < 0.01:
+      return ""
+    return (
+      f" (the real clients' updates, which project on the canary directions too, make up about "
+      f"{self.clients_fraction:.3g} of the claimed noise variance there: large when the noise is "
+      "small, as in a cheap simulation)"
+    )
 
   def warnings(self) -> list[str]:
     out = []
@@ -83,7 +96,7 @@ class NoiseCheck:
       lo, hi = self.variance_ratio_interval
       out.append(
         f"noise check: the held-out canaries measured {self.variance_ratio:.4g}× the claimed "
-        f"noise variance (95% {lo:.4g}-{hi:.4g}), not 1"
+        f"noise variance (95% {lo:.4g}-{hi:.4g}), not 1" + self._clients_said()
       )
     if self.leak_consistent is False:
       lo, hi = self.measured_mu_interval
@@ -92,6 +105,7 @@ class NoiseCheck:
         f"mu {self.measured_mu:.4g} (95% {lo:.4g}-{hi:.4g}), not the claimed {self.claimed_mu:.4g}: "
         "the noise's correlation or scale differs from the claim"
         + (" (it leaks MORE than claimed)" if lo > self.claimed_mu else " (it leaks less)")
+        + self._clients_said()
       )
     return out
 
@@ -103,6 +117,7 @@ def noise_check(
   pattern: np.ndarray,
   claimed_mu: float,
   delta: float,
+  clients_variance: Optional[float] = None,
 ) -> NoiseCheck:
   """The check of the module docstring.
 
@@ -114,12 +129,18 @@ def noise_check(
     claimed_mu: ‖W 1_π‖/σ, the μ the claimed noise gives that pattern over the per-round releases
       (a square C: the analytic μ; the tree: less, see `empirical_statistics`).
     delta: for `measured_epsilon`.
+    clients_variance: the real clients' mean per-round variance on a canary direction, over ζ²
+      (‖Σ clipped‖²/(ζ²N)), reported as a share of the claimed noise variance.
   """
   p = np.asarray(held_out_projections, np.float64)
   n, k = p.shape
   z = np.asarray(whitening, np.float64) @ p / noise_multiplier
   dof = n * k
   ratio = float(np.sum(z * z) / dof)
+  fraction = None
+  if clients_variance is not None:
+    w = np.asarray(whitening, np.float64)
+    fraction = float(clients_variance * np.sum(w * w) / (n * noise_multiplier**2))
   interval = (
     float(dof * ratio / scipy.stats.chi2.ppf(0.975, dof)),
     float(dof * ratio / scipy.stats.chi2.ppf(0.025, dof)),
@@ -128,7 +149,7 @@ def noise_check(
     return NoiseCheck(
       k, n, ratio, interval, claimed_mu,
       note=f"the leak of the measured noise needs more held-out canaries ({k}) than rounds ({n}) "
-      f"plus {MIN_EXTRA}",
+      f"plus {MIN_EXTRA}", clients_fraction=fraction,
     )  # fmt: skip
   a = np.asarray(whitening, np.float64) @ np.asarray(pattern, np.float64) / noise_multiplier
   s = z @ z.T / k
@@ -141,5 +162,5 @@ def noise_check(
   )
   return NoiseCheck(
     k, n, ratio, interval, claimed_mu, mu, mu_interval,
-    float(accounting.gaussian_epsilon(mu, delta)),
+    float(accounting.gaussian_epsilon(mu, delta)), clients_fraction=fraction,
   )  # fmt: skip

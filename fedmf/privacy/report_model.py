@@ -20,6 +20,7 @@ import numpy as np
 
 from fedmf import __version__
 from fedmf.privacy import audit as audit_lib
+from fedmf.privacy import report_measured
 
 # The file of each plot, by key.
 PLOT_FILES = {
@@ -29,6 +30,7 @@ PLOT_FILES = {
   "violators": "violating_clients.png",
   "training": "training.png",
   "checkins": "checkins.png",
+  "canaries": "canary_statistics.png",
 }
 
 
@@ -101,6 +103,8 @@ class ReportDocument:
   violations: tuple[ViolationRow, ...]  # The first `max_violations`.
   more_violations: int  # Listed in audit.json only.
   statement_sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+  # Measured privacy (a run with canaries; `fedmf.privacy.report_measured`), else None.
+  measured: Optional[Any] = None
   version: str = __version__
 
 
@@ -346,6 +350,13 @@ _FIGURES = (
     "Test accuracy and loss of the model on the evaluated rounds (metrics.csv).",
   ),
   (
+    "canaries",
+    "Canary statistics",
+    "Per threat model, the statistics of the inserted canaries against the held-out ones (the "
+    "null), with the Gaussians fitted to each (Andrew et al. 2024); dashed: where the inserted ones "
+    "would sit if the mechanism is exactly as analyzed.",
+  ),
+  (
     "checkins",
     "Check-ins refused",
     "Devices whose check-in the server refused because their timer had not expired (metrics.csv).",
@@ -361,6 +372,7 @@ _SECTIONS = {
   "violators": ("participation", "Participation"),
   "training": ("training", "Training"),
   "checkins": ("training", "Training"),
+  "canaries": ("measured", "Measured privacy"),
 }
 
 
@@ -429,4 +441,5 @@ def build_document(
     statement_sections=tuple(
       (section, tuple(items)) for section, items in privacy_statement(result)
     ),
+    measured=report_measured.section(result.empirical),
   )

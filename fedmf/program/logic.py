@@ -151,7 +151,7 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
     if checkpoint:
       await program.checkpoints.save(run, done)
       last_saved = done
-    program.participation_log.write_round(r, ids)
+    program.participation_log.write_round(r, ids + record.canary_ids)
     for manager in program.metrics_managers:
       await manager.release(metrics_value(record), r)
     if checkpoint and done < c.program.rounds:
@@ -208,11 +208,18 @@ def _progress_fields(run: loop.TrainingRun, records: list, accuracy: float) -> d
 # The plan, in JSON and in words.
 
 
+def cheap_simulation(config) -> bool:
+  """The papers' cheap simulation: σ scaled for another cohort than the one trained (a reference
+  equal to clients_per_round is the run itself, not a simulation of another)."""
+  reference = config.privacy.reference_clients_per_round
+  return reference is not None and reference != config.program.clients_per_round
+
+
 def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
   c = run.config
   out = run.plan.to_dict()
   out["participation"] = run.participation.describe()
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     out["cheap_simulation"] = (
       f"trained on {c.program.clients_per_round} clients per round with σ scaled by "
       f"{c.program.clients_per_round}/{c.privacy.reference_clients_per_round}, so the noise on the mean matches "
@@ -233,7 +240,7 @@ def describe_plan(run: loop.TrainingRun) -> list[str]:
     + (
       f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
       f"{run.config.privacy.reference_clients_per_round} clients per round)"
-      if run.config.privacy.reference_clients_per_round and p.noise_multiplier
+      if cheap_simulation(run.config) and p.noise_multiplier
       else ""
     ),
     f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
@@ -260,6 +267,13 @@ def finish(
   extra: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
   """Audits the run's participation log and writes audit.json, the report and summary.json."""
+  if run.canaries is not None:
+    run.canaries.save(
+      out / "canaries.npz",
+      len(records),
+      run.task.initial_weights(run.config.program.seed),
+      run.server.weights,
+    )
   result, audit_dict = _audit(run, out, len(records), initial, report)
   c = run.config
   p = run.plan
@@ -301,7 +315,7 @@ def finish(
     "audit": _audit_summary(result, audit_dict, c.privacy.delta),
     **(extra or {}),
   }
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary
@@ -328,6 +342,13 @@ def _audit(run: loop.TrainingRun, out: Path, rounds_completed: int, initial, rep
     notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
     sampling=sampling,
   )
+  if run.canaries is not None:
+    from fedmf.program import canary_audit  # pylint: disable=g-import-not-at-top
+
+    measured, warnings = canary_audit.measured_privacy(out, result)
+    result = dataclasses.replace(
+      result, empirical=measured, warnings=result.warnings + tuple(warnings)
+    )
   audit_dict = result.to_dict()
   if report:
     from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
@@ -363,6 +384,20 @@ def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str
         "partition_violations": result.partition_violations,
       }
       if "epsilon_amplified" in audit_dict
+      else {}
+    ),
+    **(
+      {
+        "empirical": {
+          name: {
+            key: audit_dict["empirical"][name][key]
+            for key in ("epsilon_estimate", "epsilon_lower", "confidence", "analytic_epsilon")
+          }
+          for name in ("all_releases", "final_model")
+          if name in audit_dict["empirical"]
+        }
+      }
+      if "empirical" in audit_dict
       else {}
     ),
   }

@@ -138,6 +138,9 @@ def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool
     noise = loop.noise_state_template(run)
   else:
     noise = run.noise.state() if run.noise is not None else []
+  # The canaries' seed, rounds and projections so far (only with `canaries:`: a run without them
+  # keeps the checkpoint structure it always had).
+  canaries = {} if run.canaries is None else {"canaries": run.canaries.state()}
   return {
     "format": np.int64(STATE_FORMAT),
     "round": np.int64(run.server.round),
@@ -153,6 +156,7 @@ def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool
       "max_participations": np.int64(meter["max_participations"]),
     },
     "data_iterator": run.data_iterator,
+    **canaries,
   }
 
 
@@ -170,6 +174,8 @@ def restore_state(run: loop.TrainingRun, state: dict) -> float:
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
   run.data_iterator = state["data_iterator"]
   run.data_iterator.client_id = run.task.client_id
+  if run.canaries is not None:
+    run.canaries.restore(state["canaries"])
   return float(state["initial_accuracy"])
 
 
