@@ -19,7 +19,7 @@ training rounds, a user's TFF loop, `fedmf public-features`) passes its statisti
   because the coins are independent: with probability ≥ confidence, the mechanism is not
   μ-GDP for any μ < μ_lower, so ε_lower above the analytic ε of a μ-GDP claim refutes that
   claim. A few guess counts k are tried, with a Bonferroni correction over them. It is loose:
-  with m canaries and perfect separation it cannot exceed a cap (about μ = 1.6 for m = 1000 at
+  with m canaries and perfect separation it cannot exceed a cap (about μ = 1.7 for m = 1000 at
   95%: docs/empirical-privacy.md), so it proves large leaks only with many canaries, and never
   proves privacy.
 """

@@ -24,7 +24,7 @@ LIMITS = (
   "An ε lower bound above the analytic ε refutes the claim at the stated confidence: the "
   "implementation is not the mechanism the accountant analyzed (a defect). A lower bound below "
   "it never proves privacy: one run's bound is loose (with m canaries it cannot exceed a cap, "
-  "about μ = 1.6 for 1000 canaries at 95%), and a defect the canaries do not exercise (a path "
+  "about μ = 1.7 for 1000 canaries at 95%), and a defect the canaries do not exercise (a path "
   "they do not take, a client they do not resemble, a round they skip) shows nothing.",
   "An estimate close to the analytic ε says the noise really added (its scale, its correlation, "
   "the clip, the denominator, the participation) is what the accountant assumed, for these "
