@@ -5,7 +5,7 @@ For each model (the default config's `lstm-small`, and `lstm-paper` on the same 
 builds the run once and times, interleaved round by round so that the machine's load hits every
 arm alike:
 
-  round        `fedmf.program.loop.train_round` without canaries (the baseline)
+  round        `fedmf.program.training_run.train_round` without canaries (the baseline)
   canaries-M   the canary work a round adds with M canaries (M/2 inserted, M/2 held out): one
                insertion of every inserted canary (the worst case: the worst-case pattern's rounds;
                most rounds insert none) and the projection of the released mean on every direction,
@@ -54,7 +54,8 @@ def main(argv=None) -> int:
 
   from fedmf.program import canaries as canaries_lib
   from fedmf.program import config as config_lib
-  from fedmf.program import loop, platform
+  from fedmf.program import platform
+  from fedmf.program import training_run as loop
 
   counts = [int(c) for c in args.counts.split(",")]
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,8 +65,7 @@ def main(argv=None) -> int:
     with platform.execution(
       config.platform, concurrent_clients=loop.concurrent_clients(config)
     ) as pool:
-      run = loop.build_run(config)
-      platform.attach(run, pool)
+      run = loop.build_run(config, pool=pool)
       arms = {}
       memory = {}
       for count in counts:
