@@ -26,7 +26,6 @@ every canary in the rounds attaining the strategy's sensitivity under the declar
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -156,12 +155,14 @@ class RunCanaries:
   # --- checkpoints ------------------------------------------------------------------------
 
   def state(self) -> dict[str, Any]:
+    """The checkpointed state: the arrays themselves, not copies (a checkpoint is written before
+    the next round changes them), so saving one adds no rounds × canaries copy."""
     out = {
       "seed": np.uint64(self.seed),
-      "membership": self.membership.copy(),
-      "projections": self.projections.copy(),
-      "clip_norms": self.clip_norms.copy(),
-      "client_sq_norms": self.client_sq_norms.copy(),
+      "membership": self.membership,
+      "projections": self.projections,
+      "clip_norms": self.clip_norms,
+      "client_sq_norms": self.client_sq_norms,
     }
     if self.iterator is not None:
       out["iterator"] = self.iterator
@@ -229,9 +230,9 @@ class RunCanaries:
         worst_sensitivity=np.float64(self.worst.sensitivity.value),
         worst_sensitivity_method=np.str_(self.worst.sensitivity.method),
       )
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    atomic_files.write_bytes(path, buffer.getvalue(), mode=0o600)
+    # Streamed into the file (no in-memory copy of the projections), published atomically.
+    with atomic_files.open_atomic(path, binary=True, mode=0o600) as f:
+      np.savez(f, **arrays)
 
 
 def build(config, *, shapes, schema, strategy, num_clients: int, poisson_groups=None,
