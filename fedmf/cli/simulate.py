@@ -38,8 +38,11 @@ matches that cohort), participation.model (timer | epoch_shuffle | uniform | cyc
 participation.timer_unit (rounds | hours), participation.min_sep, participation.timer_hours,
 participation.early_checkin_rate, participation.server_guard, and the training recipe (clip_norm,
 client_learning_rate, server_learning_rate, server_momentum, warmup_fraction, cooldown_fraction,
-eval_every, ...). Each key may also be written inside its section (task, privacy, recipe, program,
-participation, platform), e.g. privacy: {mechanism: blt}."""
+eval_every, ...), and canary clients that measure the privacy the run really has (canaries.count,
+canaries.held_out, canaries.seed, canaries.pattern: participation | worst-case; canaries.npz and the
+audit's "measured privacy", docs/empirical-privacy.md). Each key may also be written inside its
+section (task, privacy, recipe, program, participation, platform, canaries), e.g. privacy:
+{mechanism: blt}."""
 
 
 def default_config_path() -> Path:

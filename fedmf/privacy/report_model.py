@@ -23,6 +23,7 @@ from fedmf import display
 from fedmf.privacy import audit_result
 from fedmf.privacy import log_counts
 from fedmf.privacy import report_words
+from fedmf.privacy import report_measured
 
 # The file of each plot, by key.
 PLOT_FILES = {
@@ -32,6 +33,7 @@ PLOT_FILES = {
   "violators": "violating_clients.png",
   "training": "training.png",
   "checkins": "checkins.png",
+  "canaries": "canary_statistics.png",
 }
 
 
@@ -108,6 +110,8 @@ class ReportDocument:
   more_violations: int  # Listed in audit.json only.
   statement_sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
   explanations: tuple[report_words.Paragraph, ...] = ()  # In plain words, with their docs.
+  # Measured privacy (a run with canaries; `fedmf.privacy.report_measured`), else None.
+  measured: Optional[Any] = None
   version: str = __version__
 
 
@@ -358,6 +362,13 @@ _FIGURES = (
     "Test accuracy and loss of the model on the evaluated rounds (metrics.csv); a diamond: the final model, evaluated when the run stopped between two evaluation rounds.",
   ),
   (
+    "canaries",
+    "Canary statistics",
+    "Per threat model, the statistics of the inserted canaries against the held-out ones (the "
+    "null), with the Gaussians fitted to each (Andrew et al. 2024); dashed: where the inserted ones "
+    "would sit if the mechanism is exactly as analyzed.",
+  ),
+  (
     "checkins",
     "Check-ins refused",
     "Devices whose check-in the server refused because their timer had not expired (metrics.csv).",
@@ -373,6 +384,7 @@ _SECTIONS = {
   "violators": ("participation", "Participation"),
   "training": ("training", "Training"),
   "checkins": ("training", "Training"),
+  "canaries": ("measured", "Measured privacy"),
 }
 
 
@@ -442,4 +454,5 @@ def build_document(
       (section, tuple(items)) for section, items in privacy_statement(result)
     ),
     explanations=report_words.for_result(result),
+    measured=report_measured.section(result.empirical),
   )

@@ -327,6 +327,53 @@ def _plot_checkins(metrics: RunMetrics) -> Optional[bytes]:
   return _png(fig)
 
 
+def _plot_canaries(result: audit_result.AuditResult) -> Optional[bytes]:
+  """Measured privacy: per threat model, the inserted and held-out canaries' statistics as
+  histograms with their fitted Gaussians (Andrew et al.'s fit), and the claimed mean."""
+  measured = result.empirical
+  if measured is None:
+    return None
+  plt = _pyplot()
+  names = [name for name in ("all_releases", "final_model") if name in measured.estimates]
+  fig, axes = plt.subplots(1, len(names), figsize=(_WIDTH, 3.4), squeeze=False)
+  inserted = measured.inserted_mask
+  for ax, name in zip(axes[0], names):
+    e = measured.estimates[name]
+    scores = measured.scores[name]
+    ok = np.isfinite(scores)
+    held, ins = scores[ok & ~inserted], scores[ok & inserted]
+    lo = min(held.min(), ins.min())
+    hi = max(held.max(), ins.max())
+    fit = e.fit
+    # Bins of about a fifth of the null's sd, capped in number: both groups on one scale.
+    width = max(fit.held_out_sd / 5, (hi - lo) / 120)
+    bins = np.arange(lo, hi + width, width)
+    ax.hist(held, bins=bins, color="#7f7f7f", alpha=0.6, label=f"held out ({held.size})")
+    ax.hist(ins, bins=bins, color=_MAIN, alpha=0.6, label=f"inserted ({ins.size})")
+    grid = np.linspace(lo - width, hi + width, 400)
+    for mean, sd, count, color in (
+      (fit.held_out_mean, fit.held_out_sd, held.size, "#404040"),
+      (fit.inserted_mean, fit.inserted_sd, ins.size, _MAIN),
+    ):
+      pdf = np.exp(-0.5 * ((grid - mean) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+      ax.plot(grid, pdf * count * width, color=color, lw=1.5)
+    if e.expected_mu is not None:
+      claimed = e.expected_mu  # the statistic is in units of the claimed noise: N(μ, 1)
+      ax.axvline(claimed, color=_DECLARED, ls="--", label=f"claimed mean (μ = {e.expected_mu:.3g})")
+    ax.set_title(
+      f"{name.replace('_', ' ')}\nμ̂ = {fit.mu:.3g}, ε̂ = {fit.epsilon:.3g} (analytic "
+      f"{e.analytic_epsilon:.3g})",
+      fontsize=9,
+    )
+    ax.set_xlabel(
+      "decorrelated statistic" if name == "all_releases" else "cosine with the final change"
+    )
+    ax.set_ylabel("canaries")
+    ax.legend(frameon=False, fontsize=7, loc="upper center")
+    ax.margins(y=0.25)
+  return _png(fig)
+
+
 def draw(result: audit_result.AuditResult, metrics: Optional[RunMetrics]) -> dict[str, bytes]:
   """The PNG of every plot the audit (and the run's metrics, when given) calls for, by key."""
   plots: dict[str, Optional[bytes]] = {}
@@ -335,6 +382,7 @@ def draw(result: audit_result.AuditResult, metrics: Optional[RunMetrics]) -> dic
   plots["participations"] = _plot_participations(result)
   plots["gaps"] = _plot_gaps(result)
   plots["violators"] = _plot_violators(result)
+  plots["canaries"] = _plot_canaries(result)
   if metrics is not None:
     plots["training"] = _plot_training(metrics)
     plots["checkins"] = _plot_checkins(metrics)

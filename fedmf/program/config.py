@@ -31,6 +31,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.participation import ParticipationConfig
 from fedmf.program.config_sections import (
   MECHANISMS,
+  CanariesConfig,
   ConfigError,
   PlatformConfig,
   PrivacyConfig,
@@ -59,6 +60,7 @@ class TrainingConfig:
   recipe: RecipeConfig = RecipeConfig()
   program: ProgramConfig = ProgramConfig()
   platform: PlatformConfig = PlatformConfig()
+  canaries: CanariesConfig = CanariesConfig()
 
   @property
   def noise_scale_factor(self) -> float:
@@ -73,6 +75,12 @@ class TrainingConfig:
     self.program.validate()
     self.privacy.validate()
     self.platform.validate()
+    self.canaries.validate()
+    if self.canaries.enabled and self.privacy.noise_multiplier == 0:
+      raise ConfigError(
+        "canaries measure the privacy the noise gives: noise_multiplier 0 adds none (set "
+        "canaries.count: 0, or a noise)"
+      )
     if self.program.clients_per_round > self.task.num_clients:
       raise ConfigError(
         f"clients_per_round ({self.program.clients_per_round}) exceeds num_clients "
@@ -112,6 +120,8 @@ class TrainingConfig:
       else:
         section, field = FLAT_KEYS[flat]
         out[flat] = sections[section][field]
+    if self.canaries.enabled:  # (absent otherwise: config.json of runs without canaries unchanged)
+      out["canaries"] = sections["canaries"]
     return out
 
 
@@ -265,15 +275,18 @@ SECTIONS: dict[str, type] = {
   "recipe": RecipeConfig,
   "program": ProgramConfig,
   "platform": PlatformConfig,
+  "canaries": CanariesConfig,
 }
+# Sections whose keys keep their section's name (`participation.min_sep`, `canaries.count`).
+PREFIXED = ("participation", "canaries")
 
 
 def _flat_keys() -> dict[str, tuple[str, str]]:
   """{flat name: (section, field)}: a field's flat name is its own, but the task's `name` is `task`
-  (participation's keys keep their section: `participation.min_sep`)."""
+  (participation's and canaries' keys keep their section: `participation.min_sep`)."""
   table = {}
   for section, cls in SECTIONS.items():
-    if section != "participation":
+    if section not in PREFIXED:
       for f in dataclasses.fields(cls):
         flat = "task" if (section, f.name) == ("task", "name") else f.name
         if flat in table:  # A flat name must say which key it is.
@@ -350,8 +363,8 @@ def _section(section: str, obj: Any) -> Any:
   cls = SECTIONS[section]
   if not isinstance(obj, Mapping):
     raise ConfigError(f"{section} must be a section of keys, got {shown(obj)}")
-  if section == "participation":
-    return _build(cls, obj, prefix="participation.")
+  if section in PREFIXED:
+    return _build(cls, obj, prefix=f"{section}.")
   hints = typing.get_type_hints(cls)
   fields = [f.name for f in dataclasses.fields(cls)]
   unknown = sorted(set(obj) - set(fields))

@@ -192,7 +192,7 @@ async def run_rounds(
     # A crash before the checkpoint is safe: resume truncates the logs to the checkpoint and
     # recomputes the rounds after it identically (the journal checks that).
     checkpoint = done % c.program.checkpoint_every == 0 or done == c.program.rounds
-    program.participation_log.write_round(r, ids)
+    program.participation_log.write_round(r, ids + record.canary_ids)
     for manager in program.metrics_managers:
       await manager.release(metrics_value(record), r)
     if checkpoint and done < c.program.rounds:
@@ -257,11 +257,18 @@ def _progress_fields(
 # The plan, in JSON and in words.
 
 
+def cheap_simulation(config) -> bool:
+  """The papers' cheap simulation: σ scaled for another cohort than the one trained (a reference
+  equal to clients_per_round is the run itself, not a simulation of another)."""
+  reference = config.privacy.reference_clients_per_round
+  return reference is not None and reference != config.program.clients_per_round
+
+
 def plan_record(run: training_run.TrainingRun) -> dict[str, Any]:
   c = run.config
   out = run.plan.to_dict()
   out["participation"] = run.participation.describe()
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     out["cheap_simulation"] = (
       f"trained on {c.program.clients_per_round} clients per round with σ scaled by "
       f"{c.program.clients_per_round}/{c.privacy.reference_clients_per_round}, so the noise on the mean matches "
@@ -282,7 +289,7 @@ def describe_plan(run: training_run.TrainingRun) -> list[str]:
     + (
       f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
       f"{run.config.privacy.reference_clients_per_round} clients per round)"
-      if run.config.privacy.reference_clients_per_round and p.noise_multiplier
+      if cheap_simulation(run.config) and p.noise_multiplier
       else ""
     ),
     f"planned privacy: epsilon {training_run.format_epsilon(p.epsilon)} at delta {p.delta:g} "
@@ -328,6 +335,13 @@ def finish(
 
   `budget` (fedmf train's budget.epsilon) is drawn on the report's ε curve and checked by the
   audit; `stopped_by_budget` says in the report why the run has fewer rounds than planned."""
+  if run.canaries is not None:
+    run.canaries.save(
+      out / "canaries.npz",
+      len(records),
+      run.task.initial_weights(run.config.program.seed),
+      run.server.weights,
+    )
   c = run.config
   p = run.plan
   # The final accuracy is the final model's: the last round's evaluation, or, when the last round
@@ -386,7 +400,7 @@ def finish(
     "audit": _audit_summary(result, audit_dict, c.privacy.delta),
     **(extra or {}),
   }
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary
@@ -423,6 +437,13 @@ def _audit(
     sampling=sampling,
     max_epsilon=budget,
   )
+  if run.canaries is not None:
+    from fedmf.program import canary_audit  # pylint: disable=g-import-not-at-top
+
+    measured, warnings = canary_audit.measured_privacy(out, result)
+    result = dataclasses.replace(
+      result, empirical=measured, warnings=result.warnings + tuple(warnings)
+    )
   audit_dict = result.to_dict()
   if report:
     from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
@@ -461,6 +482,20 @@ def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str
         "partition_violations": result.partition_violations,
       }
       if "epsilon_amplified" in audit_dict
+      else {}
+    ),
+    **(
+      {
+        "empirical": {
+          name: {
+            key: audit_dict["empirical"][name][key]
+            for key in ("epsilon_estimate", "epsilon_lower", "confidence", "analytic_epsilon")
+          }
+          for name in ("all_releases", "final_model")
+          if name in audit_dict["empirical"]
+        }
+      }
+      if "empirical" in audit_dict
       else {}
     ),
   }

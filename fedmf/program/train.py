@@ -197,6 +197,9 @@ def program_state(
     noise = training_run.noise_state_template(run)
   else:
     noise = run.noise.state() if run.noise is not None else []
+  # The canaries' seed, rounds and projections so far (only with `canaries:`: a run without them
+  # keeps the checkpoint structure it always had).
+  canaries = {} if run.canaries is None else {"canaries": run.canaries.state()}
   return {
     "format": np.int64(STATE_FORMAT),
     "round": np.int64(run.server.round),
@@ -212,6 +215,7 @@ def program_state(
       "max_participations": np.int64(meter["max_participations"]),
     },
     "data_iterator": run.data_iterator,
+    **canaries,
   }
 
 
@@ -229,6 +233,8 @@ def restore_state(run: training_run.TrainingRun, state: dict) -> float:
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
   run.data_iterator = state["data_iterator"]
   run.data_iterator.client_id = run.task.client_id
+  if run.canaries is not None:
+    run.canaries.restore(state["canaries"])
   return float(state["initial_accuracy"])
 
 

@@ -73,10 +73,14 @@ class RoundRecord:
   epsilon: Optional[float] = None
   # The round's noisy mean (what the release journal hashes); not a metric.
   noisy_mean: Optional[list] = dataclasses.field(default=None, repr=False, compare=False)
+  # The log ids of the canaries inserted this round (`canaries:`); not a metric.
+  canary_ids: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
   def to_dict(self) -> dict[str, Any]:
     return {
-      f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "noisy_mean"
+      f.name: getattr(self, f.name)
+      for f in dataclasses.fields(self)
+      if f.name not in ("noisy_mean", "canary_ids")
     }
 
 
@@ -107,6 +111,8 @@ class TrainingRun:
   # rounds are computed while TFF trains the clients; `noise` is its state, from `start_noise`.
   noise_stream: Any = None
   noise_overlap: bool = True
+  # The run's canary clients (`fedmf.program.canaries.RunCanaries`), None without `canaries:`.
+  canaries: Any = None
 
   @property
   def participation(self) -> participation_lib.ParticipationModel:
@@ -170,7 +176,13 @@ def build_run(
 
   if task is None:
     preflight.check(config)  # What the CLI checked before TensorFlow, for library callers.
+    if config.canaries.enabled:
+      from fedmf.program import canaries as canaries_lib  # pylint: disable=g-import-not-at-top
+      from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
 
+      canaries_lib.check_fits(
+        config, models.count_params(config.task.model, config.task.vocab_size)
+      )
     task = tasks.build_task(
       tasks.TaskSpec(
         task=config.task.name,
@@ -244,6 +256,16 @@ def build_run(
       if config.privacy.noise_seed is not None
       else dp_mean.draw_noise_seed()
     )
+  from fedmf.program import canaries as canaries_lib  # pylint: disable=g-import-not-at-top
+
+  run_canaries = canaries_lib.build(
+    config,
+    shapes=shapes,
+    schema=schema,
+    strategy=strategy,
+    num_clients=task.num_clients,
+    poisson_groups=poisson_groups(config),
+  )
   run = TrainingRun(
     config=config,
     task=task,
@@ -257,6 +279,7 @@ def build_run(
     noise_seed=noise_seed,
     noise_stream=stream if plan.training_noise_multiplier > 0 else None,
     noise_overlap=overlap,
+    canaries=run_canaries,
   )
   if noise:
     start_noise(run)
@@ -304,6 +327,9 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
   # Autotuning off for every task's datasets, a user's own too: it stalls TFF's worker.
   datasets = client_data.worker_datasets([run.task.client_dataset(int(i)) for i in cohort.clients])
   result = run.runner.run(run.server.weights, datasets)
+  canary_ids = []
+  if run.canaries is not None:  # They join the clipped sum before the noise, like a client.
+    canary_ids = run.canaries.insert(r, result.clipped_sum, c.recipe.clip_norm)
   row_norm = run.noise.row_norm() if run.noise is not None else 0.0
   noise = run.noise.next() if run.noise is not None else None
   lr = server_lib.learning_rate(
@@ -324,6 +350,8 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     c.recipe.server_momentum,
   )
   check_finite(run, r, result)
+  if run.canaries is not None:
+    run.canaries.project(r, mean, c.program.clients_per_round)
   run.meter.record(r, cohort.clients)
   return RoundRecord(
     round=r,
@@ -338,6 +366,7 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     clipped=result.clipped,
     zeroed=result.zeroed,
     noisy_mean=mean,
+    canary_ids=canary_ids,
   )
 
 
