@@ -258,26 +258,31 @@ def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, 
 
 def replay(record: dict[str, Any], rounds: int) -> dict[str, Any]:
   """Re-runs the first `rounds` rounds of a results.json run from its recorded config (its seeds
-  included): every round's training loss and the evaluations among them, to compare with the
-  record's `metrics` (the check of tests/program/test_papers_results.py)."""
-  from fedmf.program import loop
+  included) and its recorded σ: every round's training loss and the evaluations among them, to
+  compare with the record's `metrics` (the check of tests/program/test_papers_results.py).
+
+  σ is the run's, not recalibrated: a later calibrator may land a few 1e-4 away (issue 39's one
+  calibrator moved 1.54579 to 1.54564), which would change every noisy round after the first."""
   from fedmf.program import platform
+  from fedmf.program import training_run
   from fedmf.program.config import config_from_dict
 
-  config = config_from_dict(record["config"])
+  raw = dict(record["config"])  # config.json's flat keys
+  if record.get("noise_multiplier") is not None:
+    raw["noise_multiplier"] = record["noise_multiplier"]
+  config = config_from_dict(raw)
   losses, accuracy = [], {}
   with platform.execution(
-    config.platform, concurrent_clients=loop.concurrent_clients(config)
+    config.platform, concurrent_clients=training_run.concurrent_clients(config)
   ) as pool:
-    run = loop.build_run(config)
-    platform.attach(run, pool)
+    run = training_run.build_run(config, pool=pool)
     try:
       for r in range(rounds):
         run.data_iterator.select()
-        result = loop.train_round(run, run.data_iterator.last_cohort)
+        result = training_run.train_round(run, run.data_iterator.last_cohort)
         losses.append(float(result.loss))
-        if loop.is_eval_round(config, r):
-          accuracy[r] = float(loop.evaluate(run, result)["accuracy"])
+        if training_run.is_eval_round(config, r):
+          accuracy[r] = float(training_run.evaluate(run, result)["accuracy"])
     finally:
       if run.noise is not None:
         run.noise.close()

@@ -173,6 +173,52 @@ class RecipeConfig:
       raise ConfigError("warmup_fraction + cooldown_fraction must not exceed 1")
 
 
+CANARY_PATTERNS = ("participation", "worst-case")
+
+
+@dataclasses.dataclass(frozen=True)
+class CanariesConfig:
+  """`canaries:` canary clients that measure the privacy the run really has (issue 33;
+  docs/empirical-privacy.md). Its keys keep their section: `canaries.count`.
+
+  count: canaries inserted (0: off), on average (2·min(count, held_out) of them on fair coins).
+  held_out: canaries drawn but never inserted (the null), on average. seed: their directions,
+  coins and rounds (None: drawn from OS randomness, kept in the checkpoint and canaries.npz).
+  pattern: participation (they join rounds like devices of the run's participation model) or
+  worst-case (every canary joins the rounds attaining the strategy's sensitivity under the
+  declared (b, k)).
+  """
+
+  count: int = 0
+  held_out: int = 0
+  seed: Optional[int] = None
+  pattern: str = "participation"
+
+  def validate(self) -> None:
+    at_least("canaries.count", self.count, 0)
+    at_least("canaries.held_out", self.held_out, 0)
+    seed_in_range("canaries.seed", self.seed)
+    choice("canaries.pattern", self.pattern, CANARY_PATTERNS)
+    if self.count == 0:
+      default = CanariesConfig()
+      for key in ("held_out", "seed", "pattern"):
+        if getattr(self, key) != getattr(default, key):
+          raise ConfigError(
+            f"canaries.{key} has no effect here (canaries.count is 0: no canaries): remove it, "
+            "or set canaries.count"
+          )
+      return
+    if self.held_out < 2:
+      raise ConfigError(
+        f"canaries.held_out must be an integer >= 2 with canaries (the null the inserted "
+        f"canaries are compared with), got {shown(self.held_out)}"
+      )
+
+  @property
+  def enabled(self) -> bool:
+    return self.count > 0
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerTLSConfig:
   """`worker_tls:` PEM files for mutual TLS with remote workers (see deploy/README.md)."""
@@ -182,7 +228,8 @@ class WorkerTLSConfig:
   key: str = ""  # its private key
 
 
-# `workers`: a count of local workers, or the "host:port" addresses of `fedmf worker` services.
+# `workers`: a count of local workers, or the "host:port" / "unix:PATH" addresses of `fedmf worker`
+# services.
 WorkersValue = typing.Union[int, tuple[str, ...]]
 
 
@@ -190,10 +237,11 @@ WorkersValue = typing.Union[int, tuple[str, ...]]
 class PlatformConfig:
   """`platform:` where the clients are trained; the model is bit-identical whatever it says.
 
-  workers (0: one local TFF worker; W: W local workers; a list of "host:port": `fedmf worker`
-  services on other hosts), worker_tls ({ca, cert, key}: mutual TLS with them, required for
-  non-loopback addresses), worker_timeout_s (a chunk of clients not finished by then goes to
-  another worker), worker_isolation (namespace: local workers run in a network namespace of their
+  workers (0: one local TFF worker; W: W local workers; a list of "host:port" or "unix:PATH":
+  `fedmf worker` services), worker_tls ({ca, cert, key}: mutual TLS with them, required for every
+  TCP address, loopback included), worker_timeout_s (a chunk of clients not finished by then goes
+  to another worker; measured per call after a worker's first call, which may take 10 times
+  as long), worker_isolation (namespace: local workers run in a network namespace of their
   own, refusing to start where none can be made; none: accept TFF's open port there).
   clients_per_call: clients per TFF call (the chunks whose sums are added in order; default per
   model), which fixes the float sums.
@@ -222,7 +270,9 @@ class PlatformConfig:
       at_least("workers", self.workers, 0)
       return
     if not self.workers:
-      raise ConfigError("workers must be a count >= 0 or a non-empty list of 'host:port'")
+      raise ConfigError(
+        "workers must be a count >= 0 or a non-empty list of 'host:port' or 'unix:PATH'"
+      )
     try:
       channels.check_remote_workers(self.workers, tls)
       if tls is not None:

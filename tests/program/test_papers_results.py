@@ -42,7 +42,8 @@ def _check_replay(tmp_path, monkeypatch, rounds):
   monkeypatch.setenv("FEDMF_CACHE_DIR", str(tmp_path))
   record = _record()
   got = _compare_module().replay(record, rounds)
-  assert got["noise_multiplier"] == pytest.approx(record["noise_multiplier"], rel=1e-9)
+  # The run's own σ, not a recalibration (a later calibrator may move it by ~1e-4 relative).
+  assert got["noise_multiplier"] == record["noise_multiplier"]
   recorded = record["metrics"]
   assert recorded["round"][:rounds] == list(range(rounds))
   assert got["loss"] == pytest.approx(recorded["loss"][:rounds], rel=1e-4)
