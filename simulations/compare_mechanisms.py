@@ -476,6 +476,46 @@ def table(results: dict[str, Any], label: str, arms: list[str]) -> list[str]:
   return lines + [""]
 
 
+def progress_table(
+  results: dict[str, Any], label: str, arms: list[str], window: int = 10
+) -> list[str]:
+  """Unfinished runs of LABEL side by side: per run, the rounds done, the round a rerun resumes
+  from (its last checkpoint), the test accuracy at every evaluation any run has (blank where the
+  run has not reached it), the mean training loss over the last `window` rounds every run has,
+  and the strategy's σ and analytic MaxLoss and RmsLoss. Numbers from results.json only, nothing
+  extrapolated."""
+  runs = [r for r in results["runs"] if r["label"] == label]
+  runs = sorted(
+    runs, key=lambda r: (arms.index(r["arm"]) if r["arm"] in arms else len(arms), r["seed"])
+  )
+  if not runs:
+    return []
+  evals = [
+    dict(zip(r["metrics"]["evaluations"]["round"], r["metrics"]["evaluations"]["accuracy"]))
+    for r in runs
+  ]
+  eval_rounds = sorted(set().union(*evals))
+  common_rounds = min(r["rounds_completed"] for r in runs)
+  lo = max(0, common_rounds - window)
+  lines = [
+    "| arm | seed | rounds done | resumes from | "
+    + "".join(f"acc. r{k + 1} | " for k in eval_rounds)
+    + f"train loss r{lo + 1}–{common_rounds} | σ | MaxLoss | RmsLoss |",
+    "|---|---|---|---|" + "---|" * len(eval_rounds) + "---|---|---|---|",
+  ]
+  for r, e in zip(runs, evals):
+    every = r["config"].get("checkpoint_every") or 1
+    resumes = r["rounds_completed"] // every * every
+    accs = "".join(f"{e[k]:.4f} | " if k in e else " | " for k in eval_rounds)
+    losses = [x for x in r["metrics"]["loss"][lo:common_rounds] if x is not None]
+    loss = f"{statistics.fmean(losses):.4f}" if losses else "—"
+    lines.append(
+      f"| {r['arm']} | {r['seed']} | {r['rounds_completed']} | {resumes} | {accs}{loss} | "
+      f"{r['noise_multiplier']:.4g} | {r['max_loss']:.2f} | {r['rms_loss']:.2f} |"
+    )
+  return lines + [""]
+
+
 def plot(results: dict[str, Any], label: str, arms: list[str], path: Path) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
 
@@ -561,6 +601,9 @@ def main(argv=None) -> int:
   lines = []
   for label in labels:
     lines += table(results, label, all_arms)
+    if not all(r["finished"] for r in results["runs"] if r["label"] == label):
+      lines += [f"Unfinished runs of {label}, where all of them have data:", ""]
+      lines += progress_table(results, label, all_arms)
     plot(results, label, all_arms, out / f"accuracy-{label}.png")
   (out / "results.md").write_text("\n".join(lines) + "\n")
   print("\n".join(lines))

@@ -1,7 +1,7 @@
 """The committed results of the papers' comparison (docs/results.md) reproduce from their seeds.
 
-simulations/results/papers-2052/results.json holds every run's config (seeds included) and every
-round's metrics. Re-running the first rounds of one run with `compare_mechanisms.replay` must give
+simulations/results/papers-2052/results.json holds every run's config (seeds included), its σ and
+every round's metrics, finished or not. Re-running the first rounds of one run with `compare_mechanisms.replay` must give
 the recorded training losses and evaluations, within float reproducibility (the runs used one
 intra-op thread per op; another machine's kernels may round differently, and 100 rounds of
 training amplify that a little, far less than a change of seed: seed 0 and seed 1 differ by ~1e-2
@@ -18,7 +18,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "simulations" / "results" / "papers-2052" / "results.json"
-RUN = ("cohort-1000", "dpsgd", 0)  # the cheapest arm: no strategy to optimize
+FAST_RUN = ("cohort-1000", "dpsgd", 0)  # the cheapest arm: no strategy to optimize
+# The slow check needs 100 recorded rounds: TreeAgg has them and needs no optimization either.
+SLOW_RUN = ("cohort-1000", "tree", 0)
 
 
 def _compare_module():
@@ -30,17 +32,18 @@ def _compare_module():
   return module
 
 
-def _record():
+def _record(run):
   results = json.loads(RESULTS.read_text())
   for record in results["runs"]:
-    if (record["label"], record["arm"], record["seed"]) == RUN:
+    if (record["label"], record["arm"], record["seed"]) == run:
       return record
-  raise AssertionError(f"{RESULTS} has no run {RUN}")
+  raise AssertionError(f"{RESULTS} has no run {run}")
 
 
-def _check_replay(tmp_path, monkeypatch, rounds):
+def _check_replay(tmp_path, monkeypatch, run, rounds):
   monkeypatch.setenv("FEDMF_CACHE_DIR", str(tmp_path))
-  record = _record()
+  record = _record(run)
+  assert record["rounds_completed"] >= rounds
   got = _compare_module().replay(record, rounds)
   # The run's own σ, not a recalibration (a later calibrator may move it by ~1e-4 relative).
   assert got["noise_multiplier"] == record["noise_multiplier"]
@@ -65,9 +68,38 @@ def test_the_committed_results_hold_every_round_of_every_run():
 
 
 def test_the_first_rounds_of_a_recorded_run_replay(tmp_path, monkeypatch):
-  _check_replay(tmp_path, monkeypatch, 2)
+  _check_replay(tmp_path, monkeypatch, FAST_RUN, 2)
 
 
 @pytest.mark.slow
 def test_the_first_100_rounds_of_a_recorded_run_replay(tmp_path, monkeypatch):
-  _check_replay(tmp_path, monkeypatch, 100)
+  _check_replay(tmp_path, monkeypatch, SLOW_RUN, 100)
+
+
+def _run(arm, rounds, evals, loss):
+  return {
+    "label": "x",
+    "arm": arm,
+    "seed": 0,
+    "rounds_completed": rounds,
+    "noise_multiplier": 1.5,
+    "max_loss": 10.0,
+    "rms_loss": 8.0,
+    "config": {"checkpoint_every": 50},
+    "metrics": {
+      "loss": [loss] * rounds,
+      "evaluations": {"round": list(evals), "accuracy": [0.1 + k / 1000 for k in evals]},
+    },
+  }
+
+
+def test_the_progress_table_shows_unfinished_runs_where_they_have_data():
+  results = {"runs": [_run("tree", 120, [49, 99], 3.0), _run("dpsgd", 60, [49], 5.0)]}
+  lines = _compare_module().progress_table(results, "x", ["dpsgd", "tree"], window=10)
+  header, _, dpsgd, tree = lines[:4]
+  assert "acc. r50" in header and "acc. r100" in header and "train loss r51–60" in header
+  cells = [c.strip() for c in dpsgd.strip("|").split("|")]
+  assert cells[:6] == ["dpsgd", "0", "60", "50", "0.1490", ""]  # r100 not reached: blank
+  assert cells[6] == "5.0000"
+  cells = [c.strip() for c in tree.strip("|").split("|")]
+  assert cells[:7] == ["tree", "0", "120", "100", "0.1490", "0.1990", "3.0000"]
