@@ -511,7 +511,7 @@ def progress_table(
     loss = f"{statistics.fmean(losses):.4f}" if losses else "—"
     lines.append(
       f"| {r['arm']} | {r['seed']} | {r['rounds_completed']} | {resumes} | {accs}{loss} | "
-      f"{r['noise_multiplier']:.4g} | {r['max_loss']:.2f} | {r['rms_loss']:.2f} |"
+      f"{r['noise_multiplier']:.5g} | {r['max_loss']:.2f} | {r['rms_loss']:.2f} |"
     )
   return lines + [""]
 
