@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable, Optional
 
 import numpy as np
 from scipy import special
@@ -30,6 +30,7 @@ from scipy import special
 from fedmf.errors import FedmfUserError
 from fedmf.mf import resources
 from fedmf.mf.schema import ParticipationSchema
+from fedmf.privacy import adaptive_clip
 from fedmf.privacy import events
 from fedmf.privacy.events import validate_noise_multiplier
 
@@ -64,6 +65,9 @@ class GaussianAccounting:
     epsilon: ε at ``delta``.
     delta: δ.
     accountant: 'pld' (dp_accounting PLD, pessimistic) or 'analytic' (exact Gaussian curve).
+    count_noise_multiplier: z_b of adaptive clipping's count releases (None: a fixed clip), which
+      compose with the matrix mechanism (`fedmf.privacy.adaptive_clip`): ρ and ε include them.
+    count_releases: k, the count releases of the most-participating device (0: a fixed clip).
   """
 
   sensitivity: float
@@ -74,11 +78,28 @@ class GaussianAccounting:
   epsilon: float
   delta: float
   accountant: str
+  count_noise_multiplier: Optional[float] = None
+  count_releases: int = 0
+
+  @property
+  def mu(self) -> float:
+    """μ of the one Gaussian mechanism the claim is: √((s/σ)² + k/z_b²) (s/σ for a fixed clip)."""
+    mechanism = self.sensitivity / self.noise_multiplier if self.noise_multiplier > 0 else math.inf
+    return adaptive_clip.combined_mu(mechanism, self.count_noise_multiplier, self.count_releases)
 
   @property
   def effective_noise_multiplier(self) -> float:
-    """σ / s: the noise multiplier of the equivalent single Gaussian mechanism."""
-    return self.noise_multiplier / self.sensitivity if self.sensitivity > 0 else math.inf
+    """1/μ: the noise multiplier of the equivalent single Gaussian mechanism (σ / s without
+    adaptive clipping's counts)."""
+    if self.count_noise_multiplier is None:
+      return self.noise_multiplier / self.sensitivity if self.sensitivity > 0 else math.inf
+    mu = self.mu
+    return 1.0 / mu if mu > 0 else math.inf
+
+  @property
+  def adaptive(self) -> bool:
+    """The claim includes adaptive clipping's count releases."""
+    return self.count_noise_multiplier is not None
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -296,8 +317,12 @@ def account_sensitivity(
   sensitivity_method: str = "exact",
   sensitivity_algorithm: str = "",
   accountant: str = "analytic",
+  count_noise_multiplier: Optional[float] = None,
+  count_releases: int = 0,
 ) -> GaussianAccounting:
-  """ρ and ε of a Gaussian mechanism with a known (unsquared) sensitivity."""
+  """ρ and ε of a Gaussian mechanism with a known (unsquared) sensitivity, composed with adaptive
+  clipping's `count_releases` count releases of noise multiplier `count_noise_multiplier` (when
+  given): one Gaussian mechanism with μ² = (s/σ)² + k/z_b² (`fedmf.privacy.adaptive_clip`)."""
   sigma = validate_noise_multiplier(noise_multiplier)
   delta = validate_delta(delta)
   s = float(sensitivity)
@@ -306,20 +331,40 @@ def account_sensitivity(
   with np.errstate(over="ignore"):
     mu = float(np.float64(s) / np.float64(sigma))
   _check_mu(mu, f"noise multiplier {sigma:g} is too small for sensitivity {s:.6g}")
+  rho = float(rho_zcdp(s, sigma))
+  releases = int(count_releases) if count_noise_multiplier is not None else 0
+  if count_noise_multiplier is not None:
+    z = float(count_noise_multiplier)
+    if not (math.isfinite(z) and z >= 0):
+      raise FedmfUserError(f"count noise multiplier must be a finite number >= 0, got {z!r}")
+    mu = adaptive_clip.combined_mu(mu, z, releases)
+    _check_mu(mu, f"count noise multiplier {z:g} is too small for {releases} count releases")
+    rho = mu * mu / 2.0
   eps = gaussian_epsilon_with(mu, delta, accountant) if mu > 0 else 0.0
   return GaussianAccounting(
     sensitivity=s,
     sensitivity_method=sensitivity_method,
     sensitivity_algorithm=sensitivity_algorithm,
     noise_multiplier=sigma,
-    rho=float(rho_zcdp(s, sigma)),
+    rho=rho,
     epsilon=eps,
     delta=delta,
     accountant=accountant,
+    count_noise_multiplier=None
+    if count_noise_multiplier is None
+    else float(count_noise_multiplier),
+    count_releases=releases,
   )
 
 
-def account_estimate(sens, sigma: float, delta: float, accountant: str) -> GaussianAccounting:
+def account_estimate(
+  sens,
+  sigma: float,
+  delta: float,
+  accountant: str,
+  count_noise_multiplier: Optional[float] = None,
+  count_releases: int = 0,
+) -> GaussianAccounting:
   """`account_sensitivity` of a sensitivity estimate (value, method and algorithm carried over)."""
   return account_sensitivity(
     sens.value,
@@ -328,6 +373,8 @@ def account_estimate(sens, sigma: float, delta: float, accountant: str) -> Gauss
     sensitivity_method=sens.method,
     sensitivity_algorithm=sens.algorithm,
     accountant=accountant,
+    count_noise_multiplier=count_noise_multiplier,
+    count_releases=count_releases,
   )
 
 
@@ -339,6 +386,7 @@ def account(
   *,
   method: str = "auto",
   accountant: str = "analytic",
+  count_noise_multiplier: Optional[float] = None,
 ) -> GaussianAccounting:
   """Sensitivity, ρ-zCDP and (ε, δ) of a strategy under a participation schema.
 
@@ -351,16 +399,60 @@ def account(
     accountant: 'analytic' (default): the exact ε of the single Gaussian mechanism the claim is
       (Balle & Wang 2018, Thm. 8); 'pld': dp_accounting's PLD (as BLT Table 4), pessimistic by its
       discretization, as a cross-check.
+    count_noise_multiplier: z_b of adaptive clipping (None: a fixed clip); a device in k rounds
+      (the schema's effective k) is in k count releases, composed with the matrix mechanism.
   """
   sigma = validate_noise_multiplier(noise_multiplier)
   delta = validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
-  return account_estimate(sens, sigma, delta, accountant)
+  return account_estimate(
+    sens, sigma, delta, accountant, count_noise_multiplier, schema.effective_max_participations
+  )
 
 
 # PLD checks after the analytic calibration: three steps of 1e-4, then doubling steps (σ may end up
 # to one step above the smallest PLD-valid σ: conservative).
 _CALIBRATION_STEPS = 24
+
+
+def adaptive_epsilon_function(
+  sens,
+  delta: float,
+  accountant: str,
+  releases: int,
+  count_noise_multiplier: Optional[float] = None,
+  count_budget_fraction: Optional[float] = None,
+) -> Callable[[float], GaussianAccounting]:
+  """σ -> the accounting of the matrix mechanism with sensitivity estimate `sens` at σ, composed
+  with adaptive clipping's k = `releases` count releases: of a fixed noise multiplier z_b, or of
+  the z_b that spends the fraction f of μ² on the counts (z_b then follows σ). Without either, the
+  fixed-clip accounting. Its `.epsilon` is the `epsilon_of(σ)` a calibrator inverts (decreasing
+  in σ)."""
+
+  def accounting_of(sigma: float) -> GaussianAccounting:
+    z = count_noise_multiplier
+    if count_budget_fraction is not None:
+      z = adaptive_clip.count_noise_for_fraction(
+        sens.value / sigma, releases, count_budget_fraction
+      )
+    return account_estimate(sens, sigma, delta, accountant, z, releases)
+
+  return accounting_of
+
+
+def _analytic_start(sens, mu: float, releases: int, z: Optional[float], fraction: Optional[float]):
+  """σ whose analytic μ is the target μ (the PLD check then only raises it): μ_mm = s/σ with
+  μ_mm² = μ² - k/z_b² for a fixed z_b, or (1 - f)·μ² for a budget fraction f."""
+  if fraction is not None:
+    return sens.value / (mu * math.sqrt(1.0 - fraction))
+  count = adaptive_clip.count_mu(z, releases)
+  if count >= mu:
+    raise FedmfUserError(
+      f"adaptive clipping's {releases} count releases at count noise multiplier {z:g} alone "
+      f"exceed the target (their mu {count:.4g} >= the target's {mu:.4g}): raise "
+      "adaptive_clip.count_noise_multiplier or use adaptive_clip.count_budget_fraction"
+    )
+  return sens.value / math.sqrt(mu * mu - count * count)
 
 
 def calibrate_noise_multiplier(
@@ -371,6 +463,8 @@ def calibrate_noise_multiplier(
   *,
   method: str = "auto",
   accountant: str = "pld",
+  count_noise_multiplier: Optional[float] = None,
+  count_budget_fraction: Optional[float] = None,
 ) -> GaussianAccounting:
   """The smallest σ (up to 1e-12 relative) giving ε ≤ target at δ; returns its accounting.
 
@@ -378,14 +472,28 @@ def calibrate_noise_multiplier(
   (pessimistic by about its discretization) is then checked and σ raised by relative steps of
   1e-4 until the PLD ε is ≤ the target too; past three steps the step doubles, so at most
   `_CALIBRATION_STEPS` grids are built (each one estimated against the limits first).
+
+  With adaptive clipping (`count_noise_multiplier` z_b, or `count_budget_fraction` f) the count
+  releases of the schema's k participations are composed in (`adaptive_epsilon_function`): σ
+  leaves the target's μ² minus the counts' k/z_b², or (1 - f) of it; the returned accounting holds
+  the z_b used.
   """
   target_epsilon = validate_epsilon(target_epsilon)
   delta = validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
+  releases = schema.effective_max_participations
   mu = gaussian_mu_for_epsilon(target_epsilon, delta)
   _check_mu(mu, f"target epsilon {target_epsilon:g} is too large to calibrate")
-  sigma = sens.value / mu * (1.0 + 1e-12)
-  result = account_estimate(sens, sigma, delta, accountant)
+  adaptive = count_noise_multiplier is not None or count_budget_fraction is not None
+  if adaptive:
+    sigma = _analytic_start(sens, mu, releases, count_noise_multiplier, count_budget_fraction)
+  else:
+    sigma = sens.value / mu
+  accounting_of = adaptive_epsilon_function(
+    sens, delta, accountant, releases, count_noise_multiplier, count_budget_fraction
+  )
+  sigma *= 1.0 + 1e-12
+  result = accounting_of(sigma)
   step, grids = 1e-4, 1
   for attempt in range(_CALIBRATION_STEPS):
     if result.epsilon <= target_epsilon:
@@ -393,13 +501,13 @@ def calibrate_noise_multiplier(
     if accountant == "pld":  # Each step builds a new grid: their time adds up.
       grids += 1
       resources.check(
-        resources.Cost(pld_gaussian_cost(sens.value / sigma).steps * grids),
+        resources.Cost(pld_gaussian_cost(result.mu).steps * grids),
         f"calibrating σ with the PLD accountant ({grids} grids so far)",
       )
     sigma *= 1.0 + step
     if attempt >= 2:
       step *= 2.0
-    result = account_estimate(sens, sigma, delta, accountant)
+    result = accounting_of(sigma)
   if result.epsilon <= target_epsilon:
     return result
   # Never report an uncalibrated σ as calibrated.

@@ -158,7 +158,14 @@ def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tup
           "Setting",
           "Central DP: the server is trusted to implement the mechanism correctly, including "
           "clipping every client update to norm 1 (in units of the clip norm) and adding the "
-          "correlated Gaussian noise.",
+          "correlated Gaussian noise."
+          + (
+            " The clip norm is adaptive (Andrew et al. 2021): round t clips to and scales its "
+            "noise by a clip norm computed from the noisy counts of earlier rounds, so the "
+            "release divided by it is the unit-clip mechanism."
+            if a.adaptive
+            else ""
+          ),
         ),
       ],
     ),
@@ -182,7 +189,10 @@ def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tup
         ),
         (
           "Adjacency",
-          "Zero-out: a neighboring run replaces all of one client's model updates with zeros.",
+          "Zero-out: a neighboring run replaces all of one client's model updates with zeros"
+          + (
+            " (and its adaptive-clipping reports, centred at ±1/2, with 0)." if a.adaptive else "."
+          ),
         ),
       ],
     ),
@@ -192,8 +202,15 @@ def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tup
         (
           "Type of accounting",
           f"rho-zCDP and {acct}. The matrix mechanism with noise multiplier "
-          f"{a.noise_multiplier:g} and sensitivity {a.sensitivity:.6g} is one Gaussian mechanism "
-          f"with noise multiplier {a.effective_noise_multiplier:.6g}.",
+          f"{a.noise_multiplier:g} and sensitivity {a.sensitivity:.6g}"
+          + (
+            f", composed with the {a.count_releases} noisy counts of adaptive clipping a "
+            f"device is in (count noise multiplier {a.count_noise_multiplier:g}, sensitivity "
+            "1/2 each),"
+            if a.adaptive
+            else ""
+          )
+          + f" is one Gaussian mechanism with noise multiplier {a.effective_noise_multiplier:.6g}.",
         ),
         (
           "Sensitivity",

@@ -30,7 +30,9 @@ from fedmf import yaml_files
 from fedmf.errors import FedmfUserError
 from fedmf.participation import ParticipationConfig
 from fedmf.program.config_sections import (
+  ADAPTIVE,
   MECHANISMS,
+  ClipValue,
   ConfigError,
   PlatformConfig,
   PrivacyConfig,
@@ -78,7 +80,8 @@ class TrainingConfig:
         f"clients_per_round ({self.program.clients_per_round}) exceeds num_clients "
         f"({self.task.num_clients})"
       )
-    sigma, clip = self.privacy.noise_multiplier, self.recipe.clip_norm
+    self.recipe.validate()
+    sigma, clip = self.privacy.noise_multiplier, self.recipe.initial_clip_norm
     if sigma is not None and sigma * clip > 1e30:
       # The training noise is float32 (max 3.4e38, before the strategy's own gain): refused here,
       # not after TensorFlow started and round 0 overflowed.
@@ -86,7 +89,6 @@ class TrainingConfig:
         f"noise_multiplier × clip_norm = {sigma * clip:.3g} would "
         "overflow the float32 training noise; no useful run has noise beyond 1e30"
       )
-    self.recipe.validate()
     if self.task.name == "stackoverflow" and self.task.data_dir is None:
       raise ConfigError(
         "task stackoverflow needs stackoverflow.sqlite: not in TFF's cache "
@@ -98,6 +100,14 @@ class TrainingConfig:
     except FedmfUserError as e:
       raise ConfigError(str(e)) from None
     _check_effective(self.participation, self.privacy)
+    if self.recipe.adaptive and self.participation.model == "cyclic_poisson":
+      # The amplification theorems fedmf credits (BandMF Thm 4, DP-SGD with sampling) are not
+      # stated for the count releases: refused rather than accounted without them.
+      raise ConfigError(
+        "clip_norm: adaptive is not accounted with participation.model cyclic_poisson (no "
+        "amplification theorem here covers its count releases): use a fixed clip_norm or another "
+        "participation.model"
+      )
     if self.privacy.strategy is not None:
       _check_strategy_file(self.privacy.strategy, self.program.rounds)
     return self
@@ -107,6 +117,8 @@ class TrainingConfig:
     sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
     out = {}
     for flat in FLAT_ORDER:
+      if flat == "adaptive_clip" and not self.recipe.adaptive:
+        continue  # (unset: the config.json of a fixed clip is what it was before adaptive clipping)
       if flat == "participation":
         out[flat] = sections["participation"]
       else:
@@ -216,7 +228,7 @@ FLAT_ORDER = (
   *("task", "num_clients", "model", "vocab_size", "sequence_length", "max_sentences_per_client"),
   *("batch_size", "test_sentences", "data_dir", "rounds", "clients_per_round", "mechanism"),
   *("bands", "buffers", "strategy", "force_strategy", "target_epsilon", "noise_multiplier"),
-  *("delta", "reference_clients_per_round", "clip_norm", "client_learning_rate"),
+  *("delta", "reference_clients_per_round", "clip_norm", "adaptive_clip", "client_learning_rate"),
   *("server_learning_rate", "server_momentum", "warmup_fraction", "cooldown_fraction"),
   *("cooldown_factor", "zeroing_linf", "eval_every", "seed", "noise_seed", "participation"),
   *("checkpoint_every", "budget", "workers", "worker_tls", "worker_timeout_s"),
@@ -311,6 +323,13 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
         raise ConfigError(f"{key} must list 'host:port' strings, got {shown(value)}")
       return tuple(value)
     return _coerce(key, value, int)
+  if annotation == ClipValue:
+    if isinstance(value, str) and value.strip() == ADAPTIVE:
+      return ADAPTIVE
+    try:
+      return _coerce(key, value, float)
+    except ConfigError:
+      raise ConfigError(f"{key} must be a number > 0 or {ADAPTIVE}, got {shown(value)}") from None
   origin = typing.get_origin(annotation)
   if origin in (typing.Union, types.UnionType):
     args = [a for a in typing.get_args(annotation) if a is not type(None)]

@@ -3,8 +3,9 @@
 One concept: the live counterpart of the post-hoc auditor (BLT §1, App. C). It keeps, per device,
 the last round and the number of rounds joined, hence the realized min-separation b and max
 participations k of the released prefix, and accounts the strategy under that realized schema
-exactly as `fedmf audit` does (PLD). The training program's budget guard asks it before releasing
-a round; the progress bar shows it.
+exactly as `fedmf audit` does. With adaptive clipping (`count_noise_multiplier`), a device's k
+realized participations are also k count releases, composed in (`fedmf.privacy.adaptive_clip`). The
+training program's budget guard asks it before releasing a round; the progress bar shows it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,18 @@ from fedmf.mf.schema import ParticipationSchema
 class PrivacyMeter:
   """Realized (b, k) and ε of the first r rounds."""
 
-  def __init__(self, strategy, noise_multiplier: float, delta: float, num_clients: int):
+  def __init__(
+    self,
+    strategy,
+    noise_multiplier: float,
+    delta: float,
+    num_clients: int,
+    count_noise_multiplier: Optional[float] = None,
+  ):
     self.strategy = strategy
     self.noise_multiplier = float(noise_multiplier)
     self.delta = float(delta)
+    self.count_noise_multiplier = count_noise_multiplier
     self.last_round = np.full(num_clients, -1, dtype=np.int64)
     self.count = np.zeros(num_clients, dtype=np.int64)
     self.min_gap: Optional[int] = None
@@ -62,7 +71,11 @@ class PrivacyMeter:
       from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
 
       self._cache[key] = accounting.account(
-        self.strategy, schema, self.noise_multiplier, self.delta
+        self.strategy,
+        schema,
+        self.noise_multiplier,
+        self.delta,
+        count_noise_multiplier=self.count_noise_multiplier,
       ).epsilon
     return self._cache[key]
 

@@ -125,7 +125,7 @@ def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, re
   logic.start(run, out, run_id, log=log)
   initial = run.task.evaluate(run.server.weights)
   log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
-  metrics = outputs.MetricsWriter(out)
+  metrics = outputs.MetricsWriter(out, columns=outputs.metric_columns(run.adaptive))
   bar = outputs.Progress(config.program.rounds, enabled=progress, every=config.program.eval_every)
   try:
     with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:

@@ -21,8 +21,8 @@ ROOT holds:
 
 Crash safety (why each piece is there):
   * a checkpoint (state version = rounds completed) holds the model, the server optimizer, the noise
-    stream, the participation iterator, the privacy meter and the seed; version 0 is saved before
-    round 0. `FileProgramStateManager` writes a temporary directory and renames it (atomic);
+    stream, the participation iterator, the privacy meter, the seed and, with adaptive clipping,
+    ζ (float64, so the resumed ζ trajectory is bit-identical); version 0 is saved before round 0. `FileProgramStateManager` writes a temporary directory and renames it (atomic);
   * on resume the logs are truncated to the checkpoint and the rounds after it are recomputed:
     cohorts are keyed by (seed, round), the noise by (seed, round) with restored buffers, and the
     chunk sums are added in a fixed order, so the recomputed aggregate is the same; the journal
@@ -138,6 +138,8 @@ def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool
     noise = loop.noise_state_template(run)
   else:
     noise = run.noise.state() if run.noise is not None else []
+  # ζ_t of an adaptive clip (a fixed clip's checkpoint keeps the layout it always had).
+  clip = {"clip": np.float64(math.nan if template else run.clip.state())} if run.adaptive else {}
   return {
     "format": np.int64(STATE_FORMAT),
     "round": np.int64(run.server.round),
@@ -153,6 +155,7 @@ def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool
       "max_participations": np.int64(meter["max_participations"]),
     },
     "data_iterator": run.data_iterator,
+    **clip,
   }
 
 
@@ -166,6 +169,8 @@ def restore_state(run: loop.TrainingRun, state: dict) -> float:
   loop.start_noise(run, int(np.uint64(state["noise_seed"])))
   if run.noise is not None:
     run.noise.restore([np.asarray(x) for x in state["noise"]])
+  if run.adaptive:
+    run.clip.restore(np.float64(state["clip"]))
   meter = state["meter"]
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
   run.data_iterator = state["data_iterator"]
@@ -414,6 +419,8 @@ def _all_records(root: Path) -> list[loop.RoundRecord]:
           early_admitted=value("early_admitted", int) or 0,
           clipped=value("clipped", int) or 0,
           zeroed=value("zeroed", int) or 0,
+          clip_norm=value("clip_norm"),
+          unclipped_fraction=value("unclipped_fraction"),
           accuracy=value("accuracy"),
           test_loss=value("test_loss"),
           epsilon=value("epsilon"),

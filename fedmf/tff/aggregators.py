@@ -55,7 +55,7 @@ def draw_noise_seed() -> int:
   return int.from_bytes(os.urandom(8), 'little') >> 1
 
 
-def _seed_pair(seed: int) -> np.ndarray:
+def seed_key(seed: int) -> np.ndarray:
   """The int64[2] key of the stateless RNG for a seed in [0, 2^64): its low 63 bits, then its top bit.
 
   Distinct seeds give distinct keys. Anything else is refused: an integer beyond 64 bits used to
@@ -146,7 +146,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       noise_multiplier, clip_norm, clients_per_round
     )
     self._stream = stream
-    self._seed = None if noise_seed is None else _seed_pair(noise_seed)
+    self._seed = None if noise_seed is None else seed_key(noise_seed)
 
   @property
   def stream(self) -> streaming.NoiseStream:

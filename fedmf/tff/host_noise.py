@@ -58,7 +58,7 @@ class HostNoise:
     self.specs = [tf.TensorSpec(s, dtype) for s in shapes]
     self.overlap = overlap
     # The aggregator's own seed key, so both give the same noise for the same seed.
-    self._seed = tf.constant(aggregators_lib._seed_pair(seed), tf.int64)  # pylint: disable=protected-access
+    self._seed = tf.constant(aggregators_lib.seed_key(seed), tf.int64)
     self._kernel = stream.host_kernel(self.specs)
     self._round = self._kernel.round
     self._row_norm = self._kernel_row_norm()

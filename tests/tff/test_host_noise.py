@@ -154,7 +154,7 @@ def test_host_draws_are_the_aggregator_draws():
 
   host = _host('dpsgd')
   specs = [tf.TensorSpec(s, tf.float32) for s in SHAPES]
-  key = tf.constant(host_noise.aggregators_lib._seed_pair(SEED), tf.int64)  # pylint: disable=protected-access
+  key = tf.constant(host_noise.aggregators_lib.seed_key(SEED), tf.int64)
   for t, j in [(0, 0), (5, 2)]:
     eager = noise.round_draws(key, tf.constant(t, tf.int64), specs)(j)
     for x, y in zip(host._z(t)(j), eager):  # pylint: disable=protected-access
