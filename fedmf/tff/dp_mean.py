@@ -277,12 +277,21 @@ def general_process(value_type, dp: DPMean, source) -> tff.templates.Aggregation
   specs = tf.nest.flatten(specs_struct)
   cpr, adaptive, records = dp.clients_per_round, dp.adaptive, dp.records
   entries = sum(int(np.prod(spec.shape)) for spec in specs)
-  clip_factor = 1.0 if records is None else records.clip_factor(entries)
-  secure = None if records is None else records.secure
+  secure = None if records is None or records.secure is None else records.secure
+  if secure is not None:  # As TFF's process uses them: in the values' dtype.
+    dtypes = {spec.dtype for spec in specs}
+    if len(dtypes) != 1:
+      raise FedmfUserError(
+        f'a SecureSumFactory sums tensors of one dtype; the values have {sorted(map(str, dtypes))}'
+      )
+    secure = secure.as_dtype(dtypes.pop().as_numpy_dtype)
   bound = None if secure is None else secure.bound
+  clip_factor = 1.0 if secure is None else 1.0 - secure.margin(entries)
   fixed_clip, fixed_scale, sigma = dp.clip_norm, dp.fixed_scale, dp.noise_multiplier
-  # Records are scaled to the secure bound B unless ζ is fixed and equal to it.
-  scaled = secure is not None and (adaptive is not None or fixed_clip != bound)
+  # Records are scaled to the secure bound B unless ζ is fixed and B up to float32 rounding.
+  scaled = secure is not None and (
+    adaptive is not None or not (fixed_clip <= bound <= fixed_clip * (1.0 + 2.0**-22))
+  )
   step = None
   if adaptive is not None and source.owns_clip:
     step = adaptive_tf.clip_step(

@@ -7,13 +7,14 @@ because the accounting needs every client's contribution to the sum to have norm
 
 * `tff.aggregators.SumFactory()`: the records are summed as they are.
 * `tff.aggregators.SecureSumFactory(upper_bound_threshold=B, lower_bound_threshold=-B)` (constant
-  float bounds [lo, hi], e.g. B = ζ): TFF clips each coordinate to [lo, hi], quantizes it to an
+  float bounds [lo, hi], e.g. B = ζ, which TFF casts to the values' dtype): TFF clips each
+  coordinate to [lo, hi], quantizes it to an
   integer in [0, 2³² − 1] (step Δ = (hi − lo)/(2³² − 1), rounding to nearest), sums the integers
   with `federated_secure_sum_bitwidth` and maps the sum back on the server (TFF's
   `secure_quantized_sum`). fedmf around it:
     1. clips each update to ζ_t·(1 − m) with m = √d·Δ/B + 2⁻²⁰ (d: the model's entries,
        B = min(hi, −lo); 2⁻²⁰ covers the float32 rounding of clipping and scaling), not ζ_t, and
-       scales it by B/ζ_t (nothing to scale when ζ_t = B, a fixed clip passed as the bounds): the
+       scales it by B/ζ_t (nothing to scale when a fixed ζ is B up to float32 rounding): the
        record r has norm ≤ B − √d·Δ, so every coordinate lies in [lo, hi] (TFF's coordinate clip
        changes nothing) and the dequantized record, within Δ/2 per coordinate of r, has norm ≤ B;
     2. sums the clipped, zeroed and client counts (and so adaptive clipping's count of clients
@@ -64,6 +65,11 @@ class SecureBounds:
   def step(self) -> float:
     """Δ = (upper − lower) / (2³² − 1): TFF's quantization step."""
     return (self.upper - self.lower) / SECURE_LEVELS
+
+  def as_dtype(self, dtype) -> "SecureBounds":
+    """The bounds as TFF's process uses them: cast to the values' dtype (float32: 0.05 becomes
+    0.0500000007)."""
+    return SecureBounds(float(np.asarray(self.lower, dtype)), float(np.asarray(self.upper, dtype)))
 
   def margin(self, entries: int) -> float:
     """m = √d·Δ/B + 2⁻²⁰: the relative clip shrink that keeps a dequantized record's norm ≤ B."""
@@ -126,10 +132,6 @@ class RecordSum:
       f"{type(factory).__name__}: the accounting needs every client's contribution to the sum to "
       "keep norm <= clip_norm, which fedmf checks for these two"
     )
-
-  def clip_factor(self, entries: int) -> float:
-    """1 − m: the clip norm's factor that makes room for the quantization (1 without it)."""
-    return 1.0 if self.secure is None else 1.0 - self.secure.margin(entries)
 
 
 def sum_counts(flags, secure: bool):
