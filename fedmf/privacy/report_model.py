@@ -28,6 +28,7 @@ PLOT_FILES = {
   "gaps": "gap_histogram.png",
   "violators": "violating_clients.png",
   "training": "training.png",
+  "clip": "clip_norm.png",
   "checkins": "checkins.png",
 }
 
@@ -363,6 +364,11 @@ _FIGURES = (
     "Test accuracy and loss of the model on the evaluated rounds (metrics.csv).",
   ),
   (
+    "clip",
+    "Adaptive clip norm",
+    "The clip norm ζ_t of each round (adaptive clipping, Andrew et al. 2021) and the fraction of clients whose update was within it: the noisy fraction released to move ζ (dots) and the exact one (line; metrics.csv).",
+  ),
+  (
     "checkins",
     "Check-ins refused",
     "Devices whose check-in the server refused because their timer had not expired (metrics.csv).",
@@ -377,6 +383,7 @@ _SECTIONS = {
   "gaps": ("participation", "Participation"),
   "violators": ("participation", "Participation"),
   "training": ("training", "Training"),
+  "clip": ("training", "Training"),
   "checkins": ("training", "Training"),
 }
 
