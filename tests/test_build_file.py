@@ -105,3 +105,34 @@ def test_generator_refuses_an_import_cycle(tmp_path, monkeypatch):
   monkeypatch.setattr(gen, "ROOT", tmp_path)
   with pytest.raises(SystemExit, match="import cycle"):
     gen.render()
+
+
+def test_test_sizes_come_from_measured_durations():
+  gen = _generator()
+  report = textwrap.dedent(
+    """\
+    ============================= slowest durations =============================
+    12.34s call     tests/mf/test_tree.py::test_x[3]
+    0.50s setup    tests/mf/test_tree.py::test_x[3]
+    0.01s teardown tests/mf/test_tree.py::test_y
+    150.00s call     tests/program/test_train.py::test_resume
+    (3 durations < 0.005s hidden.  Use -vv to show these durations.)
+    """
+  )
+  assert gen.parse_durations(report) == pytest.approx(
+    {"tests/mf/test_tree.py": 12.85, "tests/program/test_train.py": 150.0}
+  )
+  # The least size whose timeout covers three times the measured time; unmeasured: large.
+  assert [gen.size_of(t) for t in (12.85, 20.0, 21.0, 150.0, 301.0, None)] == [
+    "small",
+    "small",
+    "medium",
+    "large",
+    "enormous",
+    "large",
+  ]
+  durations = gen.load_durations()
+  text = (ROOT / "BUILD").read_text()
+  for rel, seconds in durations.items():
+    name = rel[len("tests/") : -3].replace("/", "_")
+    assert f'name = "{name}",\n    size = "{gen.size_of(seconds)}"' in text, name

@@ -13,7 +13,7 @@ from fedmf.cli import main as cli_main
 from fedmf.cli import simulate as simulate_cli
 from fedmf.cli import strategy as strategy_cli
 from fedmf.mf import strategies
-from fedmf.mf.strategy import StrategyError
+from fedmf.mf.checks import StrategyError
 
 TINY = [
   "task=synthetic",

@@ -210,7 +210,11 @@ def add_resource_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None = None) -> None:
-  """--sensitivity (auto | upper-bound | lower-bound) and, with `accountant_help`, --accountant."""
+  """--sensitivity (auto | upper-bound | lower-bound) and, with `accountant_help`, --accountant.
+
+  --accountant defaults to None: the default of the use (`accounting.CLAIM_ACCOUNTANT` for a
+  claim, `accounting.AMPLIFIED_ACCOUNTANT` for an amplified event), chosen by the command.
+  """
   parser.add_argument(
     "--sensitivity",
     choices=("auto", "upper-bound", "lower-bound"),
@@ -220,7 +224,7 @@ def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None
   )
   if accountant_help is not None:
     parser.add_argument(
-      "--accountant", choices=("pld", "analytic"), default="pld", help=accountant_help
+      "--accountant", choices=("pld", "analytic"), default=None, help=accountant_help
     )
 
 
@@ -259,8 +263,8 @@ def without_accountant_hint(error: FedmfUserError) -> FedmfUserError:
     return error
   message = _ACCOUNTANT_HINT.sub("", message).rstrip("; ")
   return FedmfUserError(
-    f"{message} (this command accounts with PLD only: lower noise_multiplier or raise delta; "
-    "fedmf account --accountant analytic gives the exact curve)"
+    f"{message} (a run's amplified event is accounted with PLD only: lower noise_multiplier or "
+    "raise delta)"
   )
 
 

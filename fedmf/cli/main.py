@@ -5,8 +5,11 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`, which
 dependencies (TensorFlow, TFF) lazily, inside `func`, so that `fedmf --help` stays fast.
 
 Errors that are the user's fault (bad files, bad values) are raised as `fedmf.errors.FedmfUserError`
-subclasses (or `ValueError`s from the validators) and printed as one line, exit code 2, no traceback;
-so are usage errors. Work is estimated before it starts (`fedmf.mf.resources`; --max-memory and
+subclasses and printed as one line, exit code 2, no traceback; so are usage errors and the OS errors
+that name a path the user gave (`USER_OS_ERRORS`: a missing file, a directory for a file, no
+permission). A failure of the environment (`FedmfRuntimeError`, any other `OSError`: a full disk, a
+lost worker) is one line with exit code 1. Anything else is a bug in fedmf: one line saying so and
+where to report it, exit code 70 (`EX_SOFTWARE`), with its traceback under `-v`. Work is estimated before it starts (`fedmf.mf.resources`; --max-memory and
 --max-seconds where a command offers them). Ctrl-C exits 130 and SIGTERM 143, both after the
 command's cleanup (no temporary file is left behind).
 """
@@ -19,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 import warnings
 
 from fedmf import __version__
@@ -26,6 +30,21 @@ from fedmf import console
 from fedmf import quiet
 from fedmf.errors import FedmfRuntimeError, FedmfUserError
 from fedmf.mf import resources
+
+# OS errors about a path the user named: their message names it, so they read as bad input.
+USER_OS_ERRORS = (
+  FileNotFoundError,
+  FileExistsError,
+  IsADirectoryError,
+  NotADirectoryError,
+  PermissionError,
+)
+# BSD sysexits' EX_SOFTWARE: an internal software error (neither 1, a failed run, nor 2, bad input).
+EXIT_INTERNAL_ERROR = 70
+REPORT_BUGS = (
+  "a bug in fedmf, not in your input: please report it with the command and the traceback that "
+  "`fedmf -v` prints (README.md, Reporting a bug)"
+)
 
 # Registered subcommand modules, in help order. A module is listed here only once its command works.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -61,6 +80,16 @@ def _handle_sigterm():
     return signal.signal(signal.SIGTERM, _raise_terminated)
   except ValueError:  # Not the main thread (e.g. an embedding program): leave signals alone.
     return None
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
+
+
+def _named(error: BaseException) -> str:
+  text = str(error).strip()
+  return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,14 +132,12 @@ def main(argv: list[str] | None = None) -> int:
   try:
     with resources.limits(getattr(args, "max_memory", None), getattr(args, "max_seconds", None)):
       return int(args.func(args) or 0)
-  except (FedmfUserError, ValueError, FileNotFoundError) as e:
+  except (FedmfUserError, *USER_OS_ERRORS) as e:
     # One line, naming the problem; the exit code matches argparse's usage errors.
-    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    print(f"fedmf {args.command}: error: {message}", file=sys.stderr)
+    print(f"fedmf {args.command}: error: {_first_line(e)}", file=sys.stderr)
     return 2
-  except FedmfRuntimeError as e:
-    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    print(f"fedmf {args.command}: error: {message}", file=sys.stderr)
+  except (FedmfRuntimeError, OSError) as e:
+    print(f"fedmf {args.command}: error: {_first_line(e)}", file=sys.stderr)
     return 1
   except MemoryError:
     # The estimates refuse known large work first; this is the last line of defence.
@@ -125,6 +152,14 @@ def main(argv: list[str] | None = None) -> int:
   except KeyboardInterrupt:
     print(f"fedmf {args.command}: interrupted", file=sys.stderr)
     return 130
+  except Exception as e:  # pylint: disable=broad-except
+    if args.verbose:
+      traceback.print_exc(file=sys.stderr)
+    print(
+      f"fedmf {args.command}: internal error: {_named(e)} ({REPORT_BUGS})",
+      file=sys.stderr,
+    )
+    return EXIT_INTERNAL_ERROR
   finally:
     if previous is not None:
       signal.signal(signal.SIGTERM, previous)

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
   common.check_creatable_dir(args.root)
   run_manifest.check_train_root(Path(args.root))
   quiet.import_tensorflow_quietly()
-  from fedmf.program import loop  # pylint: disable=g-import-not-at-top
+  from fedmf.program import training_run  # pylint: disable=g-import-not-at-top
   from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
   from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     f"{'-' if final is None else format(final, '.4f')}  ({summary['accuracy_note']})"
   )
   print(
-    f"  privacy (audit)      epsilon {loop.format_epsilon(a['epsilon'])} at delta {a['delta']:g}"
+    f"  privacy (audit)      epsilon {training_run.format_epsilon(a['epsilon'])} at delta {a['delta']:g}"
   )
   print(f"  final model          {args.root}/release/final_model.npz")
   return 0

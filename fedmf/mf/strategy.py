@@ -29,17 +29,7 @@ from fedmf.mf import streaming
 from fedmf.mf import toeplitz_math
 from fedmf.mf import workloads
 from fedmf.mf import sensitivity as sens_lib
-from fedmf.mf.checks import (  # noqa: F401 (the strategy modules' shared checks, used as strategy_lib.*)
-  MAX_ROUNDS,
-  StrategyError,
-  check_lower_triangular,
-  extra_fields,
-  float_array,
-  float_vector,
-  positive_int,
-  readonly,
-  short_repr,
-)
+from fedmf.mf.checks import StrategyError
 from fedmf.mf.lbfgs import ProgressFn
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.sensitivity import AssumptionError, Sensitivity

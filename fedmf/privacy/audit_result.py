@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from fedmf.privacy import accounting
 from fedmf.privacy import curve as curve_lib
-from fedmf.privacy.log_statistics import REASONS, LogStatistics, ViolationTable
+from fedmf.privacy.log_counts import REASONS, LogStatistics, ViolationTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +66,7 @@ def _realized_in_words(b: Optional[int], k: int, n: int) -> str:
   return f"min-separation b = {b} and at most k = {k} participations per client over n = {n} rounds"
 
 
-def _declared_in_words(min_sep: Optional[int], max_participations: Optional[int]) -> str:
+def declared_in_words(min_sep: Optional[int], max_participations: Optional[int]) -> str:
   parts = []
   if min_sep is not None:
     parts.append(f"b >= {min_sep}")
@@ -187,7 +187,7 @@ class AuditResult:
           f"device at count noise multiplier {a.count_noise_multiplier:.4g}."
         )
       if self.declared is not None:
-        declared = _declared_in_words(self.declared.min_sep, self.declared.max_participations)
+        declared = declared_in_words(self.declared.min_sep, self.declared.max_participations)
         if violating:
           statement = (
             f"The log VIOLATES the declared schema ({declared}): {violating} clients "
@@ -302,8 +302,13 @@ class AuditResult:
     return {
       # "epsilon" is then the claim: amplified if credited, else the realized one.
       "epsilon": self.epsilon,
+      # The accountant of "epsilon" (PLD for the amplified event, the realized claim's otherwise).
+      "accountant": self.amplified.accounting.accountant
+      if self.amplification_credited
+      else self.realized.accountant,
       "epsilon_amplified": self.amplification_credited,
       "unamplified_epsilon": self.realized.epsilon,
+      "unamplified_accountant": self.realized.accountant,
       "amplification": self.amplified.to_dict(),
     }
 
@@ -336,7 +341,7 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
     d = result.declared
     holds = "the log complies" if v.declared_holds else "VIOLATED by the log"
     lines.append(
-      f"declared participation: {_declared_in_words(d.min_sep, d.max_participations)}: {holds}"
+      f"declared participation: {declared_in_words(d.min_sep, d.max_participations)}: {holds}"
     )
   lines += ["", "privacy statement:", _wrap(v.statement, "  ")]
   if not result.no_noise:

@@ -19,7 +19,8 @@ from typing import Any, Optional
 import numpy as np
 
 from fedmf import __version__
-from fedmf.privacy import audit as audit_lib
+from fedmf.privacy import audit_result
+from fedmf.privacy import log_counts
 
 # The file of each plot, by key.
 PLOT_FILES = {
@@ -111,7 +112,7 @@ def _fmt(value: Optional[float], digits: int = 4) -> str:
   return "inf" if math.isinf(value) else f"{value:.{digits}g}"
 
 
-def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tuple[str, str]]]]:
+def privacy_statement(result: audit_result.AuditResult) -> list[tuple[str, list[tuple[str, str]]]]:
   """The statement as (section, [(item, text)]) in the structure of BLT App. C.
 
   Its formal statement is `AuditResult.verdict().statement`: what the log supports.
@@ -148,6 +149,11 @@ def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tup
     if a.accountant == "pld"
     else "the exact analytic Gaussian curve (Balle & Wang 2018) for (epsilon, delta)-DP"
   )
+  if result.amplification_credited:  # The claim is the amplified event's: PLD its accountant.
+    acct += (
+      "; the amplified claim by PLD accounting (dp_accounting) of the Poisson-subsampled event, "
+      "its only accountant"
+    )
   rounds_source = (
     "given" if result.rounds_source == "given" else "inferred from the log: max round + 1"
   )
@@ -232,7 +238,7 @@ def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tup
   ]
 
 
-def _status(result: audit_lib.AuditResult) -> tuple[str, str]:
+def _status(result: audit_result.AuditResult) -> tuple[str, str]:
   """(css class, short title) of the statement box."""
   v = result.verdict()
   if not v.guarantee:
@@ -248,7 +254,7 @@ def _status(result: audit_lib.AuditResult) -> tuple[str, str]:
   return "ok", "Privacy guarantee holds"
 
 
-def _facts(result: audit_lib.AuditResult, hashes: dict[str, Any]) -> list[tuple[str, str]]:
+def _facts(result: audit_result.AuditResult, hashes: dict[str, Any]) -> list[tuple[str, str]]:
   s = result.stats
   a = result.realized
   realized_b = (
@@ -275,7 +281,7 @@ def _facts(result: audit_lib.AuditResult, hashes: dict[str, Any]) -> list[tuple[
     facts.append(
       (
         "Declared participation",
-        f"{audit_lib._declared_in_words(d.min_sep, d.max_participations)}: {holds}",
+        f"{audit_result.declared_in_words(d.min_sep, d.max_participations)}: {holds}",
       )  # pylint: disable=protected-access
     )
   if result.max_epsilon is not None:
@@ -286,7 +292,7 @@ def _facts(result: audit_lib.AuditResult, hashes: dict[str, Any]) -> list[tuple[
   return facts
 
 
-def _claims_rows(result: audit_lib.AuditResult) -> list[list[str]]:
+def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
   s = result.stats
   a = result.realized
   rows = [
@@ -395,7 +401,7 @@ def _no_refusals(metrics: RunMetrics) -> str:
 
 
 def build_document(
-  result: audit_lib.AuditResult,
+  result: audit_result.AuditResult,
   plots: dict[str, bytes],
   hashes: dict[str, Any],
   max_violations: int,
@@ -447,7 +453,7 @@ def build_document(
     no_refusals=(
       _no_refusals(metrics) if metrics is not None and "checkins" not in plots else None
     ),
-    violation_counts=tuple((reason, counts[reason]) for reason in audit_lib.REASONS),
+    violation_counts=tuple((reason, counts[reason]) for reason in log_counts.REASONS),
     violations=violations,
     more_violations=max(result.violations.total - max_violations, 0) if violations else 0,
     statement_sections=tuple(

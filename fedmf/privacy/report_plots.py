@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fedmf.privacy import audit as audit_lib
+from fedmf.privacy import audit_result
 from fedmf.privacy.report_model import RunMetrics
 
 # Colors (matplotlib's tab palette) of the plots.
@@ -85,7 +85,7 @@ def _bars(ax, values, counts, bad, label_bad: str, label_ok: str) -> None:
   return handles
 
 
-def _plot_participations(result: audit_lib.AuditResult) -> bytes:
+def _plot_participations(result: audit_result.AuditResult) -> bytes:
   plt = _pyplot()
   s = result.stats
   k_declared = result.declared.max_participations if result.declared else None
@@ -107,7 +107,7 @@ def _plot_participations(result: audit_lib.AuditResult) -> bytes:
   return _png(fig)
 
 
-def _plot_gaps(result: audit_lib.AuditResult) -> bytes:
+def _plot_gaps(result: audit_result.AuditResult) -> bytes:
   plt = _pyplot()
   s = result.stats
   b_declared = result.declared.min_sep if result.declared else None
@@ -133,7 +133,7 @@ def _plot_gaps(result: audit_lib.AuditResult) -> bytes:
   return _png(fig)
 
 
-def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
+def _plot_epsilon(result: audit_result.AuditResult) -> bytes:
   plt = _pyplot()
   c = result.curve
   fig, ax = plt.subplots(figsize=(_WIDTH, 3.6))
@@ -176,7 +176,7 @@ def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
   return _png(fig)
 
 
-def _plot_violators(result: audit_lib.AuditResult) -> Optional[bytes]:
+def _plot_violators(result: audit_result.AuditResult) -> Optional[bytes]:
   """Each listed violating client's participations on a row; too-close pairs joined in red."""
   listed = [v for v in result.violations[: 4 * _MAX_TIMELINE_CLIENTS]]
   if not listed:
@@ -324,7 +324,7 @@ def _plot_checkins(metrics: RunMetrics) -> Optional[bytes]:
   return _png(fig)
 
 
-def draw(result: audit_lib.AuditResult, metrics: Optional[RunMetrics]) -> dict[str, bytes]:
+def draw(result: audit_result.AuditResult, metrics: Optional[RunMetrics]) -> dict[str, bytes]:
   """The PNG of every plot the audit (and the run's metrics, when given) calls for, by key."""
   plots: dict[str, Optional[bytes]] = {}
   if result.curve is not None:

@@ -1,7 +1,7 @@
 """The program logic of `fedmf simulate` and `fedmf train`: one run's rounds, apart from its platform.
 
-One concept, as in `tff.program`: the logic is a function of the run (`fedmf.program.loop`, built
-once by `loop.build_run`) and of the platform pieces its caller passes in, a state manager and
+One concept, as in `tff.program`: the logic is a function of the run (`fedmf.program.training_run`, built
+once by `training_run.build_run`) and of the platform pieces its caller passes in, a state manager and
 release managers (`Program`). `fedmf simulate` passes non-resumable ones (no checkpoints, no model
 releases, no journal, metrics into its staging directory); `fedmf train` file-backed ones
 (checkpoints, CSV and TensorBoard releases, model releases, the release journal, the budget
@@ -21,14 +21,46 @@ import asyncio
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+
+import tensorflow_federated as tff
 
 from fedmf.mf import strategies
-from fedmf.program import loop
+from fedmf.program import training_run
 from fedmf.program import outputs
 from fedmf.program import run_dir
 
 logger = logging.getLogger("fedmf.train")
+
+
+# ---------------------------------------------------------------------------------------------
+# The roles of the platform pieces. Release managers are TFF's (`tff.program.ReleaseManager`); the
+# other roles have no TFF ABC: the state manager here saves the run itself (`fedmf train`'s turns
+# it into a program state for a `tff.program.FileProgramStateManager`), so the logic never sees
+# the state's structure.
+
+
+@runtime_checkable
+class Checkpoints(Protocol):
+  """Saves the run as version `version` (the rounds completed); `resumable`: kept to resume from."""
+
+  resumable: bool
+
+  async def save(self, run: training_run.TrainingRun, version: int) -> None: ...
+
+
+@runtime_checkable
+class RoundLog(Protocol):
+  """The participation log: round `round_index`'s participants, written before it is released."""
+
+  def write_round(self, round_index: int, client_ids: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class Journal(Protocol):
+  """Refuses to release a round twice with different noise (raises), else records it."""
+
+  def check_and_record(self, round_index: int, mean: Any) -> None: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,11 +72,11 @@ class NoCheckpoints:
 
   resumable = False
 
-  async def save(self, run: loop.TrainingRun, version: int) -> None:
+  async def save(self, run: training_run.TrainingRun, version: int) -> None:
     del run, version
 
 
-class NoReleases:
+class NoReleases(tff.program.ReleaseManager):
   """A release manager that releases nothing (a simulation releases no model files)."""
 
   async def release(self, value: Any, key: Any) -> None:
@@ -75,11 +107,11 @@ class Program:
     budget: ε the run stops before exceeding (None: no guard).
   """
 
-  checkpoints: Any
-  metrics_managers: tuple
-  model_manager: Any
-  participation_log: Any
-  journal: Any
+  checkpoints: Checkpoints
+  metrics_managers: tuple[tff.program.ReleaseManager, ...]
+  model_manager: tff.program.ReleaseManager
+  participation_log: RoundLog
+  journal: Journal
   progress: outputs.Progress
   budget: Optional[float] = None
 
@@ -92,7 +124,7 @@ class Rounds:
   stopped_by_budget: bool
 
 
-def metrics_value(record: loop.RoundRecord, adaptive: bool = False) -> dict[str, float]:
+def metrics_value(record: training_run.RoundRecord, adaptive: bool = False) -> dict[str, float]:
   """The released metrics of a round (evaluation keys only on evaluated rounds; ζ_t and the noisy
   fraction within it only with adaptive clipping)."""
   out = {}
@@ -107,7 +139,9 @@ def metrics_value(record: loop.RoundRecord, adaptive: bool = False) -> dict[str,
 # The program logic.
 
 
-def start(run: loop.TrainingRun, out: Path, run_id: str, *, write_config: bool = True, log=print):
+def start(
+  run: training_run.TrainingRun, out: Path, run_id: str, *, write_config: bool = True, log=print
+):
   """Writes config.json (unless a resumed run has it), plan.json and strategy.json; says the plan."""
   if write_config:
     outputs.write_json(out / "config.json", {**run.config.to_dict(), "run_id": run_id})
@@ -118,10 +152,12 @@ def start(run: loop.TrainingRun, out: Path, run_id: str, *, write_config: bool =
     log(line)
 
 
-async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: float) -> Rounds:
+async def run_rounds(
+  run: training_run.TrainingRun, program: Program, initial_accuracy: float
+) -> Rounds:
   """Rounds from the run's current round to `config.program.rounds` (see the module docstring)."""
   c = run.config
-  records: list[loop.RoundRecord] = []
+  records: list[training_run.RoundRecord] = []
   accuracy = initial_accuracy  # The last evaluation's, for the progress line.
   last_saved = run.server.round
   stopped_by_budget = False
@@ -136,18 +172,18 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
       stopped_by_budget = True
       break
     try:
-      record = loop.train_round(run, run.data_iterator.last_cohort)
-    except loop.TrainingDiverged as e:
+      record = training_run.train_round(run, run.data_iterator.last_cohort)
+    except training_run.TrainingDiverged as e:
       if not program.checkpoints.resumable:
         raise
       # Nothing of round r is saved or released: the last checkpoint and release stay finite.
-      raise loop.TrainingDiverged(
+      raise training_run.TrainingDiverged(
         f"{e}; the last checkpoint ({last_saved} rounds done) and its release are kept"
       ) from None
     program.journal.check_and_record(r, record.noisy_mean)
     done = r + 1
-    if loop.is_eval_round(c, r):
-      accuracy = loop.evaluate(run, record)["accuracy"]
+    if training_run.is_eval_round(c, r):
+      accuracy = training_run.evaluate(run, record)["accuracy"]
     # Round r's records, each durable when written, go BEFORE the checkpoint that covers round r:
     # a crash after that checkpoint resumes from round r + 1 and never writes round r again, so a
     # record written after it could be lost for good (the participation log's rows: the audit
@@ -176,7 +212,7 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
   return Rounds(records, stopped_by_budget)
 
 
-def _draw_within_budget(run: loop.TrainingRun, r: int, budget: Optional[float]):
+def _draw_within_budget(run: training_run.TrainingRun, r: int, budget: Optional[float]):
   """Round r's client ids from the run's data source, or None when releasing round r would take
   ε past the budget: the iterator is then put back as if the round had not been drawn."""
   from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
@@ -195,18 +231,20 @@ def _draw_within_budget(run: loop.TrainingRun, r: int, budget: Optional[float]):
   logger.info(
     "stopping before round %d: epsilon would reach %s > budget %g",
     r,
-    loop.format_epsilon(eps_next),
+    training_run.format_epsilon(eps_next),
     budget,
   )
   return None
 
 
-def _progress_fields(run: loop.TrainingRun, records: list, accuracy: float) -> dict[str, str]:
+def _progress_fields(
+  run: training_run.TrainingRun, records: list, accuracy: float
+) -> dict[str, str]:
   record = records[-1]
   fields = {
     "loss": f"{record.loss:.3f}",
     "accuracy": f"{accuracy:.4f}",
-    "epsilon": loop.format_epsilon(run.meter.epsilon(record.round + 1)),
+    "epsilon": training_run.format_epsilon(run.meter.epsilon(record.round + 1)),
   }
   zeroed = sum(x.zeroed for x in records)
   if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
@@ -218,7 +256,7 @@ def _progress_fields(run: loop.TrainingRun, records: list, accuracy: float) -> d
 # The plan, in JSON and in words.
 
 
-def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
+def plan_record(run: training_run.TrainingRun) -> dict[str, Any]:
   c = run.config
   out = run.plan.to_dict()
   out["participation"] = run.participation.describe()
@@ -232,7 +270,7 @@ def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
   return out
 
 
-def describe_plan(run: loop.TrainingRun) -> list[str]:
+def describe_plan(run: training_run.TrainingRun) -> list[str]:
   p = run.plan
   lines = [
     f"strategy: {p.strategy.describe()}"
@@ -246,7 +284,7 @@ def describe_plan(run: loop.TrainingRun) -> list[str]:
       if run.config.privacy.reference_clients_per_round and p.noise_multiplier
       else ""
     ),
-    f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
+    f"planned privacy: epsilon {training_run.format_epsilon(p.epsilon)} at delta {p.delta:g} "
     f"({p.accounting})"
     if p.noise_multiplier
     else "planned privacy: none (noise multiplier 0 trains without DP: no privacy guarantee)",
@@ -272,9 +310,9 @@ def describe_plan(run: loop.TrainingRun) -> list[str]:
 
 
 def finish(
-  run: loop.TrainingRun,
+  run: training_run.TrainingRun,
   out: Path,
-  records: list[loop.RoundRecord],
+  records: list[training_run.RoundRecord],
   initial: dict[str, float],
   seconds: float,
   *,
@@ -309,6 +347,8 @@ def finish(
     "planned_epsilon": p.epsilon,
     "delta": c.privacy.delta,
     "accounting": p.accounting,
+    "accountant": p.accountant,
+    "cross_check": p.cross_check,
     "initial_test_accuracy": initial["accuracy"],
     "final_test_accuracy": final_accuracy,
     "final_test_loss": final_loss,
@@ -333,7 +373,9 @@ def finish(
   return summary
 
 
-def _clip_summary(run: loop.TrainingRun, records: list[loop.RoundRecord]) -> dict[str, Any]:
+def _clip_summary(
+  run: training_run.TrainingRun, records: list[training_run.RoundRecord]
+) -> dict[str, Any]:
   """summary.json's keys of an adaptive clip (none for a fixed clip): ζ of the first and last
   rounds and ζ for the next round."""
   if not run.adaptive:
@@ -350,7 +392,7 @@ def _clip_summary(run: loop.TrainingRun, records: list[loop.RoundRecord]) -> dic
   }
 
 
-def _audit(run: loop.TrainingRun, out: Path, rounds_completed: int, initial, report: bool):
+def _audit(run: training_run.TrainingRun, out: Path, rounds_completed: int, initial, report: bool):
   """The audit of OUT/participation.csv (and the report); returns (result, its dict)."""
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
 
@@ -397,6 +439,7 @@ def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str
     "sensitivity_method": audit_dict.get("sensitivity_method"),
     "rho": audit_dict.get("rho"),
     "epsilon": audit_dict.get("epsilon"),
+    "accountant": audit_dict.get("accountant"),
     "delta": delta,
     "privacy_guarantee": audit_dict.get("privacy_guarantee"),
     "statement": audit_dict.get("statement"),
@@ -412,7 +455,7 @@ def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str
   }
 
 
-def declared_sampling(run: loop.TrainingRun):
+def declared_sampling(run: training_run.TrainingRun):
   """The run's cyclic Poisson sampling as its audit checks it (`fedmf audit OUT` reads the same
   from config.json and summary.json: `run_dir.declared_sampling`), or None."""
   from fedmf.privacy import partition_audit  # pylint: disable=g-import-not-at-top

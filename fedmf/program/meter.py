@@ -2,10 +2,17 @@
 
 One concept: the live counterpart of the post-hoc auditor (BLT §1, App. C). It keeps, per device,
 the last round and the number of rounds joined, hence the realized min-separation b and max
-participations k of the released prefix, and accounts the strategy under that realized schema
-exactly as `fedmf audit` does. With adaptive clipping (`count_noise_multiplier`), a device's k
-realized participations are also k count releases, composed in (`fedmf.privacy.adaptive_clip`). The
-training program's budget guard asks it before releasing a round; the progress bar shows it.
+participations k of the released prefix (the auditor's numbers on the same cohorts:
+tests/program/test_meter.py), and accounts the strategy under that realized schema as `fedmf
+audit` accounts its realized claim: one Gaussian mechanism, by the claim's accountant
+(`accounting.CLAIM_ACCOUNTANT`, the exact analytic curve). Under cyclic Poisson sampling that is
+the unamplified claim, an upper bound of the amplified ε the audit may credit. With adaptive
+clipping (`count_noise_multiplier`), a device's k realized participations are also k count
+releases, composed in (`fedmf.privacy.adaptive_clip`). The training program's budget guard asks it
+before releasing a round; the progress bar shows it.
+
+Its counters are its own, not the auditor's engine (`fedmf.privacy.log_statistics`): they are
+checkpointed with the run, and `epsilon_if` asks about a cohort without recording it.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ class PrivacyMeter:
     self.strategy = strategy
     self.noise_multiplier = float(noise_multiplier)
     self.delta = float(delta)
+    # Adaptive clipping's z_b: the k realized participations are also k count releases.
     self.count_noise_multiplier = count_noise_multiplier
     self.last_round = np.full(num_clients, -1, dtype=np.int64)
     self.count = np.zeros(num_clients, dtype=np.int64)
@@ -75,6 +83,7 @@ class PrivacyMeter:
         schema,
         self.noise_multiplier,
         self.delta,
+        accountant=accounting.CLAIM_ACCOUNTANT,
         count_noise_multiplier=self.count_noise_multiplier,
       ).epsilon
     return self._cache[key]

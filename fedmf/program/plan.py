@@ -7,8 +7,14 @@ One concept: everything privacy-related decided before the first round.
 * The schema the participation model guarantees (the declared claim the audit checks).
 * σ: calibrated for `target_epsilon` or given. With Poisson sampling the accountant credits the
   amplification where a theorem gives it: DP-SGD with Poisson sampling (groups = 1), and amplified
-  BandMF with one group per band (BandMF §5 Thm 4, Scaling BandMF Prop 2.1). Otherwise σ is
-  accounted as one Gaussian mechanism with the strategy's sensitivity under the declared schema.
+  BandMF with one group per band (BandMF §5 Thm 4, Scaling BandMF Prop 2.1); PLD accounts those
+  events (`accounting.AMPLIFIED_ACCOUNTANT`), and amplified BandMF is calibrated by the same
+  function as `fedmf strategy optimize --bands auto` (`amplification.noise_for`). Otherwise σ is
+  accounted as one Gaussian mechanism with the strategy's sensitivity under the declared schema, by
+  its exact curve (`accounting.CLAIM_ACCOUNTANT`), PLD's ε at the same σ kept as a labelled
+  cross-check.
+* The run's accountant: one, named in plan.json and summary.json; the audit of the run and its
+  report account the realized claim with the same one.
 * The papers' cheap-simulation trick (BandMF App. I): with `reference_clients_per_round`, training
   uses σ·B/B_ref on B clients, so that the noise on the mean equals that of the reference cohort
   with σ; the accounting is that of the reference run with σ.
@@ -51,6 +57,9 @@ class PrivacyPlan:
     accounting: how ε was computed, in words.
     sensitivity: the strategy's sensitivity under the schema (matrix-mechanism accounting), or None.
     sensitivity_method: exact / upper-bound / lower-bound, or None.
+    accountant: the run's accountant ('analytic' or 'pld'; 'none' without noise).
+    cross_check: the other accountant's ε at the same σ ({"accountant", "epsilon"}, or a "note"
+      saying why there is none), labelled as a cross-check, not the run's claim.
     adaptive_clip: adaptive clipping with its count noise multiplier z_b as accounted (None: a
       fixed clip); its count releases are in `epsilon`.
     training_count_noise_multiplier: z_b used in training (z_b·B/B_ref with the cheap simulation).
@@ -65,6 +74,8 @@ class PrivacyPlan:
   accounting: str
   sensitivity: Optional[float] = None
   sensitivity_method: Optional[str] = None
+  accountant: str = "none"
+  cross_check: Optional[dict[str, Any]] = None
   adaptive_clip: Optional[adaptive_lib.AdaptiveClip] = None
   training_count_noise_multiplier: Optional[float] = None
 
@@ -94,6 +105,8 @@ class PrivacyPlan:
       "accounting": self.accounting,
       "sensitivity": self.sensitivity,
       "sensitivity_method": self.sensitivity_method,
+      "accountant": self.accountant,
+      "cross_check": self.cross_check,
     }
 
 
@@ -144,23 +157,31 @@ def resolve_strategy(config, schema: ParticipationSchema, cache: Optional[Path] 
   return strategy
 
 
-def _amplified_event_builder(strategy: Strategy, model: ParticipationModel, rounds: int):
-  """make_event(σ) for the Poisson sampling the accountant may credit, or None (with the reason)."""
+def _amplified_accounting(strategy: Strategy, model: ParticipationModel, rounds: int):
+  """(σ ↦ ε, target ↦ σ, words) for the Poisson sampling the accountant may credit, or None."""
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import amplification  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import events  # pylint: disable=g-import-not-at-top
 
   amp = model.amplification()
   if amp is None:
-    return None, None
+    return None
   q = amp.sampling_probability
   theorem = strategy.poisson_amplification(rounds, amp.groups)
   if theorem == AMPLIFIED_DPSGD:
     return (
-      lambda s: events.dpsgd_event(s, rounds, q),
+      lambda s, delta: accounting.pld_epsilon(events.dpsgd_event(s, rounds, q), delta),
+      lambda eps, delta: accounting.calibrate_dpsgd(eps, rounds, delta, q),
       f"DP-SGD with Poisson sampling (q = {q:.4g}), {rounds} steps, PLD",
     )
   if theorem == AMPLIFIED_BANDMF:
+    # The sampling's dataset size only sets q (= groups·batch/size): any size with this q will do.
+    sampling = amplification.CyclicPoissonSampling.from_probability(
+      max(model.num_clients, amp.groups), amp.groups, q
+    )
     return (
-      lambda s: events.amplified_bandmf_event(s, rounds, amp.groups, q),
+      lambda s, delta: amplification.epsilon_for(s, rounds, sampling, delta)[0],
+      lambda eps, delta: amplification.noise_for(eps, rounds, sampling, delta),
       f"amplified BandMF (BandMF §5): {amp.groups} groups, q = {q:.4g}, PLD",
     )
   logger.warning(
@@ -170,7 +191,26 @@ def _amplified_event_builder(strategy: Strategy, model: ParticipationModel, roun
     amp.groups,
     amp.groups,
   )
-  return None, None
+  return None
+
+
+def _cross_check(result, accountant) -> dict[str, Any]:
+  """The other accountant's ε of the same claim at the same σ, or why there is none."""
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  other = accounting.other_accountant(accountant)
+  try:
+    eps = accounting.account_sensitivity(
+      result.sensitivity,
+      result.noise_multiplier,
+      result.delta,
+      accountant=other,
+      count_noise_multiplier=result.count_noise_multiplier,
+      count_releases=result.count_releases,
+    ).epsilon
+  except FedmfUserError as e:  # PLD beyond its grid or its resolution of δ: the claim stands.
+    return {"accountant": other, "epsilon": None, "note": str(e)}
+  return {"accountant": other, "epsilon": eps}
 
 
 def make_plan(
@@ -180,7 +220,8 @@ def make_plan(
   from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
 
   factor = config.noise_scale_factor
-  make_event, how = _amplified_event_builder(strategy, model, schema.n)
+  amplified = _amplified_accounting(strategy, model, schema.n)
+  delta = config.privacy.delta
   if config.privacy.noise_multiplier == 0:
     return PrivacyPlan(
       strategy,
@@ -188,7 +229,7 @@ def make_plan(
       0.0,
       0.0,
       math.inf,
-      config.privacy.delta,
+      delta,
       "none: noise_multiplier 0 trains without DP",
       # Without DP the counts are exact too (z_b = 0).
       adaptive_clip=_adaptive(config, 0.0),
@@ -197,22 +238,37 @@ def make_plan(
   calibrate = (
     config.privacy.noise_multiplier is None
   )  # A given σ takes precedence over target_epsilon.
-  if make_event is not None:
+  if amplified is not None:
+    epsilon_of, noise_for, how = amplified
     if calibrate:
-      sigma = accounting.calibrate_event_noise(
-        make_event, config.privacy.target_epsilon, config.privacy.delta
-      )
+      sigma = noise_for(config.privacy.target_epsilon, delta)
     else:
       sigma = float(config.privacy.noise_multiplier)
-    eps = accounting.pld_epsilon(make_event(sigma), config.privacy.delta)
-    return PrivacyPlan(strategy, schema, sigma, sigma * factor, eps, config.privacy.delta, how)
+    return PrivacyPlan(
+      strategy,
+      schema,
+      sigma,
+      sigma * factor,
+      epsilon_of(sigma, delta),
+      delta,
+      how,
+      accountant=accounting.AMPLIFIED_ACCOUNTANT,
+      cross_check={
+        "accountant": "analytic",
+        "epsilon": None,
+        "note": "none: the analytic curve is that of one Gaussian mechanism, not of a "
+        "Poisson-subsampled one",
+      },
+    )
+  accountant = accounting.CLAIM_ACCOUNTANT
   z, fraction = _count_noise(config)
   if calibrate:
     result = accounting.calibrate_noise_multiplier(
       strategy,
       schema,
       config.privacy.target_epsilon,
-      config.privacy.delta,
+      delta,
+      accountant=accountant,
       count_noise_multiplier=z,
       count_budget_fraction=fraction,
     )
@@ -224,9 +280,9 @@ def make_plan(
         sens.value / sigma, schema.effective_max_participations, fraction
       )
     result = accounting.account(
-      strategy, schema, sigma, config.privacy.delta, count_noise_multiplier=z
+      strategy, schema, sigma, delta, accountant=accountant, count_noise_multiplier=z
     )
-  how = f"matrix mechanism under {schema.describe()}, PLD"
+  how = f"matrix mechanism under {schema.describe()}, analytic Gaussian curve (exact)"
   if result.adaptive:
     how += (
       f", composed with {result.count_releases} count releases of adaptive clipping per device "
@@ -238,10 +294,12 @@ def make_plan(
     result.noise_multiplier,
     result.noise_multiplier * factor,
     result.epsilon,
-    config.privacy.delta,
+    delta,
     how,
     result.sensitivity,
     result.sensitivity_method,
+    accountant=accountant,
+    cross_check=_cross_check(result, accountant),
     adaptive_clip=_adaptive(config, result.count_noise_multiplier),
     training_count_noise_multiplier=(
       result.count_noise_multiplier * factor if result.adaptive else None

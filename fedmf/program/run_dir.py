@@ -281,18 +281,11 @@ def read_run(path: str | Path) -> RunInputs:
 METRICS_FILE = "metrics.csv"
 
 
-def read_metrics(directory: str | Path, initial_accuracy: Optional[float] = None):
-  """A run directory's metrics.csv as a `fedmf.privacy.report_model.RunMetrics` for its report, or
-  None when absent or unreadable (the report goes on without the training plots).
-
-  The accuracy before training is `initial_accuracy` when given, else summary.json's
-  initial_test_accuracy (None if absent).
-  """
+def metrics_rows(directory: str | Path) -> Optional[list[dict[str, str]]]:
+  """THE reader of a run's metrics.csv (its writers: `outputs.MetricsWriter` for `fedmf simulate`,
+  the metrics release of `fedmf train`): its rows as {column: text}, or None when it is absent,
+  unreadable or has no `round` column."""
   import csv  # pylint: disable=g-import-not-at-top
-
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  from fedmf.privacy.report_model import RunMetrics  # pylint: disable=g-import-not-at-top
 
   path = Path(directory) / METRICS_FILE
   if not path.is_file():
@@ -302,7 +295,24 @@ def read_metrics(directory: str | Path, initial_accuracy: Optional[float] = None
       rows = list(csv.DictReader(f))
   except (OSError, UnicodeDecodeError, csv.Error):
     return None
-  if not rows or "round" not in rows[0]:
+  if rows and "round" not in rows[0]:
+    return None
+  return rows
+
+
+def read_metrics(directory: str | Path, initial_accuracy: Optional[float] = None):
+  """A run directory's metrics.csv as a `fedmf.privacy.report_model.RunMetrics` for its report, or
+  None when absent or unreadable (the report goes on without the training plots).
+
+  The accuracy before training is `initial_accuracy` when given, else summary.json's
+  initial_test_accuracy (None if absent).
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedmf.privacy.report_model import RunMetrics  # pylint: disable=g-import-not-at-top
+
+  rows = metrics_rows(directory)
+  if not rows:
     return None
 
   def number(text: Optional[str]) -> float:

@@ -31,8 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import tensorflow_federated as tff
+
 from fedmf.program import logic
-from fedmf.program import loop
+from fedmf.program import training_run
 from fedmf.program import outputs
 from fedmf.program import run_manifest
 from fedmf.program.config import TrainingConfig
@@ -68,10 +70,10 @@ def run_simulation(
     logger.warning("%s", run_manifest.leftover_message(leftover))
   start = time.perf_counter()
   with platform.execution(
-    config.platform, concurrent_clients=loop.concurrent_clients(config)
+    config.platform, concurrent_clients=training_run.concurrent_clients(config)
   ) as pool:
-    run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
-    platform.attach(run, pool)
+    # Every check happens here, before OUT is touched.
+    run = training_run.build_run(config, task=task, pool=pool)
     # The run is written beside OUT and moved into place only when it has finished.
     run_id = run_manifest.new_run_id()
     # Beside the real directory (a symlinked OUT is followed): the final rename stays in one file
@@ -105,7 +107,7 @@ def _rename_paths(stage: Path, out: Path) -> None:
         path.write_text(replaced, encoding="utf-8")
 
 
-class MetricsRelease:
+class MetricsRelease(tff.program.ReleaseManager):
   """metrics.csv and tensorboard/ of a simulation (`outputs.MetricsWriter`) as a release manager:
   the program logic releases each round's metrics, keyed by the round."""
 
@@ -113,7 +115,7 @@ class MetricsRelease:
     self.writer = writer
 
   async def release(self, value: dict[str, float], key: int) -> None:
-    row = {k: int(v) if k in loop.INT_METRICS else v for k, v in value.items()}
+    row = {k: int(v) if k in training_run.INT_METRICS else v for k, v in value.items()}
     self.writer.write({"round": int(key), **row})
 
 

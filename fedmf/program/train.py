@@ -1,11 +1,12 @@
 """`fedmf train`: the training loop as a resumable `tff.program`-style program.
 
-One concept: running the loop of `fedmf.program.loop` so that it survives crashes and never releases
-a round twice with different noise. The program logic (`train_program`) is an async function of
-its platform pieces, passed in as arguments: the round runner (in process or TFF workers), the
-participation data source iterator, a `tff.program.FileProgramStateManager`, release managers for
-metrics (`CSVFileReleaseManager` keyed by round, `TensorBoardReleaseManager`) and for the model, the
-durable participation log and the release journal.
+One concept: the file-backed platform pieces that make a run survive crashes and never release a
+round twice with different noise, and `run_training`, which runs the program logic of both commands
+(`fedmf.program.logic.run_rounds`, an async function of its platform pieces) with them: the run's
+round runner (in process or TFF workers) and participation data source iterator, a
+`tff.program.FileProgramStateManager` (`FileCheckpoints`), release managers for metrics
+(`CSVFileReleaseManager` keyed by round, `TensorBoardReleaseManager`) and for the model
+(`ModelReleaseManager`), the durable participation log and the release journal (`ReleaseJournal`).
 
 ROOT holds:
   state/                 checkpoints (owner-only: they hold the noise seed and buffers)
@@ -22,7 +23,8 @@ ROOT holds:
 Crash safety (why each piece is there):
   * a checkpoint (state version = rounds completed) holds the model, the server optimizer, the noise
     stream, the participation iterator, the privacy meter, the seed and, with adaptive clipping,
-    ζ (float64, so the resumed ζ trajectory is bit-identical); version 0 is saved before round 0. `FileProgramStateManager` writes a temporary directory and renames it (atomic);
+    ζ (float64, so the resumed ζ trajectory is bit-identical); version 0 is saved before round 0.
+    `FileProgramStateManager` writes a temporary directory and renames it (atomic);
   * on resume the logs are truncated to the checkpoint and the rounds after it are recomputed:
     cohorts are keyed by (seed, round), the noise by (seed, round) with restored buffers, and the
     chunk sums are added in a fixed order, so the recomputed aggregate is the same; the journal
@@ -47,12 +49,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tensorflow_federated as tff
 
 from fedmf import atomic_files
 from fedmf.errors import FedmfUserError
 from fedmf.program import logic
-from fedmf.program import loop
+from fedmf.program import training_run
 from fedmf.program import outputs
+from fedmf.program import run_dir
 from fedmf.program import run_manifest
 from fedmf.program.config import PLATFORM_KEYS, TrainingConfig
 
@@ -70,7 +74,7 @@ class ResumeError(FedmfUserError):
 # Platform pieces.
 
 
-class ModelReleaseManager:
+class ModelReleaseManager(tff.program.ReleaseManager):
   """Releases the trainable weights as `numpy.savez` files under ROOT/release (atomic writes).
 
   The value released is the list of weights only, never the server state (the seed and the noise
@@ -145,13 +149,15 @@ class ReleaseJournal:
 # Program state.
 
 
-def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool = False) -> dict:
+def program_state(
+  run: training_run.TrainingRun, initial_accuracy: float, template: bool = False
+) -> dict:
   """The checkpointed state (numpy only: Python floats would come back as float32). A template
   (the structure for loading; its values are never read) holds no copy of the noise buffers and
   needs no started noise stream."""
   meter = run.meter.state()
   if template:
-    noise = loop.noise_state_template(run)
+    noise = training_run.noise_state_template(run)
   else:
     noise = run.noise.state() if run.noise is not None else []
   # ζ_t of an adaptive clip (a fixed clip's checkpoint keeps the layout it always had).
@@ -175,14 +181,14 @@ def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool
   }
 
 
-def restore_state(run: loop.TrainingRun, state: dict) -> float:
+def restore_state(run: training_run.TrainingRun, state: dict) -> float:
   """Puts a loaded program state into the run; returns the initial accuracy."""
   if int(state["format"]) != STATE_FORMAT:
     raise ResumeError(f"checkpoint format {int(state['format'])} is not {STATE_FORMAT}")
   run.server.weights = [np.array(w, np.float32) for w in state["weights"]]
   run.server.momentum = [np.array(m, np.float32) for m in state["momentum"]]
   run.server.round = int(state["round"])
-  loop.start_noise(run, int(np.uint64(state["noise_seed"])))
+  training_run.start_noise(run, int(np.uint64(state["noise_seed"])))
   if run.noise is not None:
     run.noise.restore([np.asarray(x) for x in state["noise"]])
   if run.adaptive:
@@ -208,10 +214,10 @@ class FileCheckpoints:
     )
     self.initial_accuracy = math.nan
 
-  async def save(self, run: loop.TrainingRun, version: int) -> None:
+  async def save(self, run: training_run.TrainingRun, version: int) -> None:
     await self.manager.save(program_state(run, self.initial_accuracy), version)
 
-  def resume_or_start(self, run: loop.TrainingRun, root: Path, log=print) -> int:
+  def resume_or_start(self, run: training_run.TrainingRun, root: Path, log=print) -> int:
     """Restores the latest checkpoint into the run (built with `noise=False`: the noise stream
     starts with the checkpoint's seed), or starts the noise, evaluates the initial model and saves
     version 0; returns the rounds completed."""
@@ -226,7 +232,7 @@ class FileCheckpoints:
         f"{root} has released rounds but no checkpoint: restarting would release them "
         "again with new noise; refusing to start (use a new --root)"
       )
-    loop.start_noise(run)
+    training_run.start_noise(run)
     self.initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
     asyncio.run(self.save(run, 0))
     log(f"starting {outputs.plural(run.config.program.rounds, 'round')} in {root}")
@@ -315,10 +321,12 @@ def run_training(
       checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
       with platform.execution(
-        config.platform, log_dir=str(root), concurrent_clients=loop.concurrent_clients(config)
+        config.platform,
+        log_dir=str(root),
+        concurrent_clients=training_run.concurrent_clients(config),
       ) as pool:
-        run = loop.build_run(config, noise=False)  # The seed may come from the checkpoint.
-        platform.attach(run, pool)
+        # The noise seed may come from the checkpoint.
+        run = training_run.build_run(config, noise=False, pool=pool)
         try:
           version = checkpoints.resume_or_start(run, root, log)
           logic.start(run, root, run_id, write_config=not resuming, log=log)
@@ -345,7 +353,11 @@ def _state_dir(root: Path) -> Path:
 
 
 def _run_program(
-  run: loop.TrainingRun, root: Path, checkpoints: FileCheckpoints, version: int, progress: bool
+  run: training_run.TrainingRun,
+  root: Path,
+  checkpoints: FileCheckpoints,
+  version: int,
+  progress: bool,
 ) -> logic.Rounds:
   """The program logic with the file-backed pieces, from round `version` on."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -386,7 +398,7 @@ def _run_program(
 
 
 def _finish(
-  run: loop.TrainingRun,
+  run: training_run.TrainingRun,
   root: Path,
   rounds: logic.Rounds,
   initial_accuracy: float,
@@ -410,39 +422,34 @@ def _finish(
   )
 
 
-def _all_records(root: Path) -> list[loop.RoundRecord]:
-  """Every round's record, read back from metrics.csv (the resumed run saw only its own rounds)."""
-  import csv  # pylint: disable=g-import-not-at-top
-
-  path = root / "metrics.csv"
+def _all_records(root: Path) -> list[training_run.RoundRecord]:
+  """Every round's record, read back from metrics.csv (the resumed run saw only its own rounds)
+  by its one reader, `run_dir.metrics_rows`."""
   records = []
-  if not path.exists():
-    return records
-  with open(path, newline="") as f:
-    for row in csv.DictReader(f):
+  for row in run_dir.metrics_rows(root) or []:
 
-      def value(key, cast=float):
-        raw = row.get(key)
-        return None if raw in (None, "", "None") else cast(float(raw))
+    def value(key, cast=float, row=row):
+      raw = row.get(key)
+      return None if raw in (None, "", "None") else cast(float(raw))
 
-      records.append(
-        loop.RoundRecord(
-          round=int(float(row["round"])),
-          clients=value("clients", int) or 0,
-          loss=value("loss") if value("loss") is not None else math.nan,
-          round_seconds=value("round_seconds") or 0.0,
-          learning_rate=value("learning_rate") or 0.0,
-          noise_stddev=value("noise_stddev") or 0.0,
-          checked_in=value("checked_in", int) or 0,
-          refused_checkins=value("refused_checkins", int) or 0,
-          early_admitted=value("early_admitted", int) or 0,
-          clipped=value("clipped", int) or 0,
-          zeroed=value("zeroed", int) or 0,
-          clip_norm=value("clip_norm"),
-          unclipped_fraction=value("unclipped_fraction"),
-          accuracy=value("accuracy"),
-          test_loss=value("test_loss"),
-          epsilon=value("epsilon"),
-        )
+    records.append(
+      training_run.RoundRecord(
+        round=int(float(row["round"])),
+        clients=value("clients", int) or 0,
+        loss=value("loss") if value("loss") is not None else math.nan,
+        round_seconds=value("round_seconds") or 0.0,
+        learning_rate=value("learning_rate") or 0.0,
+        noise_stddev=value("noise_stddev") or 0.0,
+        checked_in=value("checked_in", int) or 0,
+        refused_checkins=value("refused_checkins", int) or 0,
+        early_admitted=value("early_admitted", int) or 0,
+        clipped=value("clipped", int) or 0,
+        zeroed=value("zeroed", int) or 0,
+        clip_norm=value("clip_norm"),
+        unclipped_fraction=value("unclipped_fraction"),
+        accuracy=value("accuracy"),
+        test_loss=value("test_loss"),
+        epsilon=value("epsilon"),
       )
+    )
   return records

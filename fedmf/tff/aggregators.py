@@ -30,47 +30,32 @@ this round's mean). The seed and the raw noise are never measured.
 from __future__ import annotations
 
 import collections
-import numbers
-import os
 from typing import Any, Optional, Union
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.types import type_conversions
 
-from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
 from fedmf.privacy import adaptive_clip as adaptive_lib
+from fedmf.tff import clipping
 from fedmf.tff import dp_mean
+from fedmf.tff import dp_process
 from fedmf.tff import noise as noise_lib
 
-__all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory', 'draw_noise_seed']
+__all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory']
 
 
-MAX_NOISE_SEED = 2**64 - 1
+def clip_computation(value_type, clip: float):
+  """Step 1 as a TF computation: value -> (clipped value, was_clipped, was_zeroed)."""
+  specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
 
+  @tff.tensorflow.computation(value_type)
+  def clip_tf(value):
+    clipped, was_clipped, was_zeroed = clipping.clip_update(dp_mean.flatten(value), clip)
+    return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
 
-def draw_noise_seed() -> int:
-  """A 63-bit seed from OS randomness (`os.urandom`)."""
-  return int.from_bytes(os.urandom(8), 'little') >> 1
-
-
-def seed_key(seed: int) -> np.ndarray:
-  """The int64[2] key of the stateless RNG for a seed in [0, 2^64): its low 63 bits, then its top bit.
-
-  Distinct seeds give distinct keys. Anything else is refused: an integer beyond 64 bits used to
-  be reduced to a key shared with a small seed (2**130 gave the noise of seed 0).
-  """
-  if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-    raise FedmfUserError(
-      f'noise_seed must be an integer in [0, 2^64), got {type(seed).__name__} {str(seed)[:40]!r}'
-    )
-  seed = int(seed)
-  if not 0 <= seed <= MAX_NOISE_SEED:
-    shown = str(seed) if seed.bit_length() <= 128 else f'an integer of {seed.bit_length()} bits'
-    raise FedmfUserError(f'noise_seed must be an integer in [0, 2^64), got {shown}')
-  return np.array([seed & ((1 << 63) - 1), seed >> 63], np.int64)
+  return clip_tf
 
 
 class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -86,7 +71,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     noise_seed: Optional[int] = None,
     record_aggregation_factory: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
   ):
-    self._dp = dp_mean.DPMean.of(
+    self._dp = dp_process.DPMean.of(
       noise_multiplier, clip_norm, clients_per_round, record_aggregation_factory
     )
     self._clip_norm, self._scale, self._clients_per_round = (
@@ -95,7 +80,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       self._dp.clients_per_round,
     )
     self._stream = stream
-    self._seed = None if noise_seed is None else seed_key(noise_seed)
+    self._seed = None if noise_seed is None else dp_mean.seed_key(noise_seed)
 
   @property
   def stream(self) -> streaming.NoiseStream:
@@ -110,8 +95,8 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f'value_type must be a structure of floats, got {value_type}')
     if self._dp.adaptive is not None or self._dp.records is not None:
-      return dp_mean.general_process(
-        value_type, self._dp, dp_mean.StreamNoise(self._stream, self._seed)
+      return dp_process.general_process(
+        value_type, self._dp, dp_process.StreamNoise(self._stream, self._seed)
       )
     specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
     specs = tf.nest.flatten(specs_struct)
@@ -134,7 +119,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
     state_type = init_tf.type_signature.result
 
-    clip_tf = dp_mean.clip_computation(value_type, clip)
+    clip_tf = clip_computation(value_type, clip)
     sum_type = clip_tf.type_signature.result[0]
 
     @tff.tensorflow.computation(state_type, sum_type)
@@ -150,30 +135,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
           noise_state, noise_lib.round_draws(state['seed'], round_index, specs), noise_lib.TF_OPS
         )
       mean = dp_mean.noised_mean(flat, noises, scale, cpr)
-      # Runtime guard: training stops in the round where the noise or the aggregate stops being
-      # finite (an overflowing sum of huge updates, σ·ζ beyond float32, a stream that overflows),
-      # never after. Non-finite client updates were zeroed above, and stay so.
-      finite_noise, finite_sum, finite_mean = (
-        dp_mean.all_finite(noises),
-        dp_mean.all_finite(flat),
-        dp_mean.all_finite(mean),
-      )
-      guard = tf.debugging.Assert(
-        tf.logical_and(finite_mean, tf.logical_and(finite_noise, finite_sum)),
-        [
-          'fedmf: round',
-          round_index,
-          '(0-based): the noised mean is not finite; training stopped. Finite noise:',
-          finite_noise,
-          'finite clipped sum:',
-          finite_sum,
-          '(check noise_multiplier, clip_norm and clients_per_round; the clipped sum is at most',
-          tf.constant(clip),
-          'times the number of clients).',
-        ],
-      )
-      with tf.control_dependencies([guard]):
-        mean = [tf.identity(m) for m in mean]
+      mean = dp_mean.guarded(mean, noises, flat, round_index, clip)
       new_state = collections.OrderedDict(seed=state['seed'], noise=new_noise_state)
       stddev = tf.cast(scale * row_norm / cpr, tf.float32)
       return (new_state, tf.nest.pack_sequence_as(specs_struct, mean), round_index, stddev)
@@ -186,7 +148,37 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         collections.OrderedDict(round=round_index, **counts, noise_stddev=stddev),
       )
 
-    return dp_mean.dp_mean_process(init_tf, value_type, clip_tf, server)
+    return dp_mean_process(init_tf, value_type, clip_tf, server)
+
+
+def dp_mean_process(init_tf, value_type, clip_tf, server) -> tff.templates.AggregationProcess:
+  """The process of a DP-mean factory (this one and `fedmf.tff.host_noise.HostNoiseFactory`).
+
+  The state is `init_tf()` at SERVER; a round clips the clients' values (`clip_tf`), sums them and
+  calls `server(state, total, counts)`, where `counts` holds the summed clipped_count and
+  zeroed_count, for (new state, noised mean, measurements: an OrderedDict of SERVER values).
+  """
+  state_type = init_tf.type_signature.result
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(init_tf, tff.SERVER)
+
+  @tff.federated_computation(
+    tff.FederatedType(state_type, tff.SERVER), tff.FederatedType(value_type, tff.CLIENTS)
+  )
+  def next_fn(state, value):
+    clipped, was_clipped, was_zeroed = tff.federated_map(clip_tf, value)
+    total = tff.federated_sum(clipped)
+    counts = collections.OrderedDict(
+      clipped_count=tff.federated_sum(was_clipped), zeroed_count=tff.federated_sum(was_zeroed)
+    )
+    new_state, mean, measurements = server(state, total, counts)
+    return tff.templates.MeasuredProcessOutput(
+      state=new_state, result=mean, measurements=tff.federated_zip(measurements)
+    )
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def build_dp_aggregator(

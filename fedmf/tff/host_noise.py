@@ -30,6 +30,7 @@ from fedmf.tff import adaptive_clip as adaptive_tf
 from fedmf.tff import aggregators as aggregators_lib
 from fedmf.tff import client_data as client_data_lib
 from fedmf.tff import dp_mean
+from fedmf.tff import dp_process
 from fedmf.tff import noise as noise_lib
 
 
@@ -61,7 +62,7 @@ class HostNoise:
     self.specs = [tf.TensorSpec(s, dtype) for s in shapes]
     self.overlap = overlap
     # The aggregator's own seed key, so both give the same noise for the same seed.
-    self._seed = tf.constant(aggregators_lib.seed_key(seed), tf.int64)
+    self._seed = tf.constant(dp_mean.seed_key(seed), tf.int64)
     self._kernel = stream.host_kernel(self.specs)
     self._round = self._kernel.round
     self._row_norm = self._kernel_row_norm()
@@ -173,7 +174,7 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   mean is the same bits: (Σ clipped + ζσ·z) × float32(1/B) (BandMF Alg. 1; BLT Alg. 1). With an
   adaptive clip or a record aggregation factory the state is OrderedDict(noise, [clip]) (with a
   record factory inside OrderedDict(dp=..., records=...)), ζ_t set by the host too, and the
-  measurements give the host the counts it moves ζ with (`fedmf.tff.dp_mean.general_process`).
+  measurements give the host the counts it moves ζ with (`fedmf.tff.dp_process.general_process`).
   """
 
   def __init__(
@@ -184,7 +185,7 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     clients_per_round: float,
     record_aggregation_factory=None,
   ):
-    self._dp = dp_mean.DPMean.of(
+    self._dp = dp_process.DPMean.of(
       noise_multiplier, clip_norm, clients_per_round, record_aggregation_factory
     )
 
@@ -201,7 +202,7 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f"value_type must be a structure of floats, got {value_type}")
     if self.general:
-      return dp_mean.general_process(value_type, self._dp, dp_mean.StateNoise())
+      return dp_process.general_process(value_type, self._dp, dp_process.StateNoise())
     specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
     specs = tf.nest.flatten(specs_struct)
     scale, cpr = self._dp.fixed_scale, self._dp.clients_per_round
@@ -210,7 +211,7 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     def init_tf():
       return [tf.zeros(s.shape, s.dtype) for s in specs]
 
-    clip_tf = dp_mean.clip_computation(value_type, self._dp.clip_norm)
+    clip_tf = aggregators_lib.clip_computation(value_type, self._dp.clip_norm)
 
     @tff.tensorflow.computation(init_tf.type_signature.result, clip_tf.type_signature.result[0])
     def noise_tf(noise, total):
@@ -220,7 +221,7 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     def server(state, total, counts):
       return state, tff.federated_map(noise_tf, (state, total)), counts
 
-    return dp_mean.dp_mean_process(init_tf, value_type, clip_tf, server)
+    return aggregators_lib.dp_mean_process(init_tf, value_type, clip_tf, server)
 
 
 class HostNoiseFedAvg:
@@ -291,14 +292,14 @@ def host_noise_fed_avg(
   """
   weights_type = process.initialize.type_signature.result.member.global_model_weights.trainable
   shapes = [tuple(t.shape) for t in tff.structure.flatten(weights_type)]
-  seed = aggregators_lib.draw_noise_seed() if noise_seed is None else int(noise_seed)
+  seed = dp_mean.draw_noise_seed() if noise_seed is None else int(noise_seed)
   noise = HostNoise(stream, shapes, seed, overlap=True)
   noise.prefetch()
   clip = None
   if factory.adaptive_clip is not None:
     clip = adaptive_tf.HostAdaptiveClip(
       factory.adaptive_clip,
-      aggregators_lib.seed_key(seed),
+      dp_mean.seed_key(seed),
       adaptive_tf.count_stddev(factory.adaptive_clip.count_noise_multiplier),
     )
   return HostNoiseFedAvg(process, noise, shapes, clip=clip, general=factory.general)

@@ -11,7 +11,7 @@ import tensorflow_federated as tff
 from fedmf.errors import FedmfUserError
 from fedmf.privacy.adaptive_clip import AdaptiveClip
 from fedmf.tff import adaptive_clip
-from fedmf.tff import aggregators
+from fedmf.tff import dp_mean
 from fedmf.tff import build_dp_aggregator
 from fedmf.tff import host_noise
 from fedmf.tff import learning
@@ -64,11 +64,11 @@ def test_next_clip_is_andrew_et_al_geometric_update():
 
 
 def test_count_draw_is_a_function_of_seed_and_round_keyed_apart_from_the_model_noise():
-  seed = tf.constant(aggregators.seed_key(7), tf.int64)
+  seed = tf.constant(dp_mean.seed_key(7), tf.int64)
   draws = [float(noise_lib.count_draw(seed, tf.constant(t, tf.int64))) for t in range(50)]
   again = [float(noise_lib.count_draw(seed, tf.constant(t, tf.int64))) for t in range(50)]
   assert draws == again and len(set(draws)) == 50
-  other = float(noise_lib.count_draw(tf.constant(aggregators.seed_key(8), tf.int64), 0))
+  other = float(noise_lib.count_draw(tf.constant(dp_mean.seed_key(8), tf.int64), 0))
   assert other != draws[0]
   # The model noise of the same seed and rounds (a scalar spec) is other numbers.
   spec = [tf.TensorSpec([], tf.float64)]
@@ -87,7 +87,7 @@ def test_the_clip_tracks_the_target_quantile_of_the_norms(gamma):
   clients = 200
   clip = adaptive_clip.HostAdaptiveClip(
     AdaptiveClip(target_quantile=gamma, initial=0.01, learning_rate=0.2),
-    aggregators.seed_key(5),
+    dp_mean.seed_key(5),
     adaptive_clip.count_stddev(clients / 10),  # Andrew et al.'s σ_b = m/20
   )
   fractions, clips = [], []
@@ -130,7 +130,7 @@ def test_clipped_counts_the_clients_above_that_rounds_clip_and_zeta_moves(tff_co
   # The host's clip, fed the factory's counts, follows the same ζ bit for bit.
   host = adaptive_clip.HostAdaptiveClip(
     AdaptiveClip(initial=0.6, learning_rate=0.3, count_noise_multiplier=3.0),
-    aggregators.seed_key(21),
+    dp_mean.seed_key(21),
     adaptive_clip.count_stddev(3.0),
   )
   for t, clip in enumerate(seen):

@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.cli.main import main
+from fedmf.cli import main as cli_main
 from fedmf.errors import FedmfUserError
 from fedmf.mf import resources
 from fedmf.privacy import audit, participation_log
+from tests.helpers import one_line_error
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DPSGD = {"mechanism": "dpsgd"}
 
 
 def _audit_cli(capsys, log, *flags):
-  code = main(
+  code = cli_main.main(
     ["audit", str(log), "--strategy", str(_strategy(log)), "--noise-multiplier", "1"]
     + ["--delta", "1e-6", *flags]
   )
@@ -38,12 +39,7 @@ def _strategy(log) -> Path:
 
 
 def _one_line_error(code, out, err, *needles):
-  lines = err.strip().splitlines()
-  assert code == 2 and out == "", (code, out, err)
-  assert len(lines) == 1 and lines[0].startswith("fedmf audit: error:"), err
-  assert "Traceback" not in err
-  for needle in needles:
-    assert needle in lines[0], lines[0]
+  return one_line_error(code, out, err, *needles, command="audit")
 
 
 @pytest.mark.parametrize("name", ["log.jsonl.gz", "log.csv.gz"])

@@ -1,6 +1,8 @@
-"""The training loop shared by `fedmf simulate` and `fedmf train`: one round at a time.
+"""A training run, built once, and one round of it: what `fedmf simulate` and `fedmf train` share.
 
-One concept: a round of DP FedAvg (the papers' FedSGDM; BandMF App. I, BLT Alg. 1):
+(Not the loop over the rounds: that is `fedmf.program.logic.run_rounds`.) One concept: a run of
+DP FedAvg (`TrainingRun`, made by `build_run`) and its round (the papers' FedSGDM; BandMF App. I,
+BLT Alg. 1):
 
   1. the participation model draws the cohort (device timer, schedule or sampling);
   2. TFF runs the federated part: broadcast, one local epoch of client SGD, clipping to ζ, the sum
@@ -35,9 +37,12 @@ from fedmf.mf import resources
 from fedmf.mf import strategies
 from fedmf.participation import Cohort
 from fedmf.program import plan as plan_lib
+from fedmf.program import platform
 from fedmf.program import server as server_lib
 from fedmf.program.config import ConfigError, TrainingConfig
 from fedmf.program.meter import PrivacyMeter
+from fedmf.tff import dp_mean
+from fedmf.tff import host_noise
 from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger("fedmf.train")
@@ -102,7 +107,7 @@ class TrainingRun:
   data_iterator: Any
   plan: plan_lib.PrivacyPlan
   runner: Any
-  noise: Optional[server_lib.HostNoise]
+  noise: Optional[host_noise.HostNoise]
   server: server_lib.ServerState
   meter: PrivacyMeter
   shapes: list[tuple[int, ...]]
@@ -211,6 +216,7 @@ def build_run(
   task: Any = None,
   overlap: bool = True,
   noise: bool = True,
+  pool: Any = None,
 ) -> TrainingRun:
   """Task, participation data source, strategy, privacy plan, TFF computation, server state and
   noise stream: everything a run needs, built once.
@@ -219,7 +225,9 @@ def build_run(
   `noise_seed` (default: the config's, else drawn from OS randomness) seeds the noise; `overlap`
   computes each round's noise while TFF trains the clients (the same noise either way).
   `noise=False` leaves the noise stream's buffers unallocated until `start_noise(run, seed)`: a
-  resumed program learns its seed from the checkpoint (`fedmf.program.train`).
+  resumed program learns its seed from the checkpoint (`fedmf.program.train`). `pool` (the
+  `WorkerPool` that `platform.execution` yields, None for one local worker) trains the rounds'
+  chunks of clients (`platform.round_runner`).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
   from fedmf import tasks  # pylint: disable=g-import-not-at-top
@@ -287,7 +295,9 @@ def build_run(
   clients_per_call = config.platform.clients_per_call or CLIENTS_PER_CALL.get(
     getattr(task, "preset", None)
   )
-  runner = RoundRunner(client_round, shapes, clients_per_call)
+  runner = platform.round_runner(
+    RoundRunner(client_round, shapes, clients_per_call), config.program.clients_per_round, pool
+  )
   stream = strategy.noise_stream(config.program.rounds)
   model_bytes = 4.0 * sum(int(np.prod(s)) for s in shapes)
   buffers = stream.model_buffers(config.program.rounds)
@@ -300,7 +310,9 @@ def build_run(
   )
   if noise_seed is None:
     noise_seed = (
-      config.privacy.noise_seed if config.privacy.noise_seed is not None else server_lib.draw_seed()
+      config.privacy.noise_seed
+      if config.privacy.noise_seed is not None
+      else dp_mean.draw_noise_seed()
     )
   run = TrainingRun(
     config=config,
@@ -335,17 +347,17 @@ def start_noise(run: TrainingRun, seed: Optional[int] = None) -> None:
   if seed is not None:
     run.noise_seed = seed
   if run.noise_stream is not None:
-    run.noise = server_lib.HostNoise(
+    run.noise = host_noise.HostNoise(
       run.noise_stream, run.shapes, run.noise_seed, overlap=run.noise_overlap
     )
   if run.adaptive:
     from fedmf.tff import adaptive_clip  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
-    from fedmf.tff import aggregators  # pylint: disable=g-import-not-at-top
+    from fedmf.tff import dp_mean  # pylint: disable=g-import-not-at-top
 
     plan = run.plan
     run.clip = adaptive_clip.HostAdaptiveClip(
       plan.adaptive_clip,
-      aggregators.seed_key(run.noise_seed),
+      dp_mean.seed_key(run.noise_seed),
       adaptive_clip.count_stddev(plan.training_count_noise_multiplier),
     )
 
@@ -358,7 +370,7 @@ def noise_state_template(run: TrainingRun) -> list:
   if run.noise_stream is None:
     return []
   tiny = [(1,)] * len(run.shapes)  # The layout of a kernel's state does not depend on sizes.
-  return server_lib.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
+  return host_noise.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
 
 
 def draw_cohort(run: TrainingRun, round_index: int) -> Cohort:
