@@ -132,7 +132,6 @@ def _bound_seconds(buffers) -> float:
 
 def noise_child(mech: str, rounds: int, model: dict) -> dict:
   """One mechanism's host noise, timed in this (fresh) process."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 
   from fedmf.mf import strategies as st  # pylint: disable=g-import-not-at-top
   from fedmf.mf import streaming  # pylint: disable=g-import-not-at-top
@@ -302,10 +301,10 @@ class _SplitArm:
 def _client_data(clients, batches, batch_size, vocab, seed=0):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+  from fedmf.tasks import model_sizes  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(seed)
-  classes = models.num_classes(vocab)
+  classes = model_sizes.num_classes(vocab)
   out = []
   for _ in range(clients):
     tokens = rng.integers(1, classes, size=(batches * batch_size, SEQ_LEN + 1), dtype=np.int32)

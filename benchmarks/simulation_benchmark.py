@@ -96,12 +96,14 @@ def so_round(args, task) -> None:
   from fedmf.mf.schema import ParticipationSchema
   from fedmf.program import server
   from fedmf.tff import host_noise
-  from fedmf.tasks import models
+  from fedmf.tasks import model_sizes
   from fedmf.tff.rounds import build_client_round
   from fedmf.tff.runner import RoundRunner
 
-  spec = models.PRESETS[args.model]
-  per_token = flops_per_token(spec.embedding_size, spec.lstm_size, models.num_classes(args.vocab))
+  spec = model_sizes.PRESETS[args.model]
+  per_token = flops_per_token(
+    spec.embedding_size, spec.lstm_size, model_sizes.num_classes(args.vocab)
+  )
   tokens = args.sentences * 20
   round_flops = per_token * tokens * args.clients
   weights = task.initial_weights(0)
@@ -131,7 +133,7 @@ def so_round(args, task) -> None:
   rate = matmul_rate()
   print(
     f"so-round: {args.clients} clients × {args.sentences} sentences × 20 tokens, {args.model} "
-    f"({models.count_params(args.model, args.vocab):,} parameters); "
+    f"({model_sizes.count_params(args.model, args.vocab):,} parameters); "
     f"{per_token / 1e6:.2f} MFLOP per token, {per_token * tokens / 1e9:.1f} GFLOP per client, "
     f"{round_flops / 1e12:.2f} TFLOP per round; matmul rate now {rate / 1e9:.1f} GFLOP/s "
     f"-> compute limit {round_flops / rate:.1f} s; load {os.getloadavg()[0]:.2f}",

@@ -111,7 +111,9 @@ def main(argv=None) -> int:
       state = output.state
       aggregator = output.metrics["aggregator"]
       aggregator = aggregator.get("dp", aggregator)  # (under a record aggregation factory)
-      clip = f", clip norm {float(aggregator['clip_norm']):.4g}" if "clip_norm" in aggregator else ""
+      clip = (
+        f", clip norm {float(aggregator['clip_norm']):.4g}" if "clip_norm" in aggregator else ""
+      )
       print(
         f"round {r}: train loss {float(output.metrics['client_work']['train']['loss']):.4f}, "
         f"noise std on the mean {float(aggregator['noise_stddev']):.4g}, "

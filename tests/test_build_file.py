@@ -58,8 +58,33 @@ def test_every_test_file_is_a_py_test_run_by_pytest():
   for rel in tests:
     block = re.search(r'py_test\((?:(?!\n\)).)*?args = \[\s*"' + re.escape(rel) + r'"', text, re.S)
     assert block, f"no py_test runs {rel}"
-  assert text.count("py_test(") == len(tests)
+  libraries = re.findall(r'py_library\(\s*name = "(\w+)"', text)
+  packages = [name for name in libraries if name not in ("test_utils", "bazel_pytest")]
+  # One py_test per test file, plus one import check per fedmf library (tools/bazel_imports.py).
+  assert text.count("py_test(") == len(tests) + len(packages)
   assert text.count('main = "tools/bazel_pytest.py"') == len(tests)
+  for name in packages:
+    block = re.search(r'py_test\(\s*name = "' + name + r'_imports",(?:(?!\n\)).)*', text, re.S)
+    assert block, f"no import check of :{name}"
+    assert 'main = "tools/bazel_imports.py"' in block.group(0)
+    assert f'deps = [\n        ":{name}",\n    ]' in block.group(0)  # Its library alone.
+    assert '"ci"' in block.group(0)
+
+
+def test_ci_runs_what_only_bazel_checks():
+  """Issue 38 item 21: `python3 dev.py bazel` (CI) builds every target and runs the tests tagged
+  ci, a representative set, instead of the whole suite a second time."""
+  import importlib.util
+
+  text = (ROOT / "BUILD").read_text()
+  tagged = re.findall(r'args = \[\s*"(tests/[^"]+)",(?:(?!\n\)).)*?"ci"', text, re.S)
+  spec = importlib.util.spec_from_file_location("update_build", ROOT / "tools" / "update_build.py")
+  update_build = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(update_build)
+  assert sorted(tagged) == sorted(update_build.CI_TESTS)
+  assert all((ROOT / rel).is_file() for rel in update_build.CI_TESTS)
+  dev = (ROOT / "dev.py").read_text()
+  assert '"--test_tag_filters=ci", "--", "//..."' in dev
 
 
 def _write(root: Path, rel: str, text: str = "") -> None:

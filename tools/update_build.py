@@ -43,6 +43,26 @@ SIZE_MARGIN = 3.0
 SIZES = (("small", 60.0), ("medium", 300.0), ("large", 900.0), ("enormous", 3600.0))
 UNMEASURED_SIZE = "large"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+IMPORTS_RUNNER = "tools/bazel_imports.py"
+# CI runs what only Bazel can check (`python3 dev.py bazel`: `bazel test --test_tag_filters=ci
+# //...`, which builds every target and runs the tests tagged "ci"): each library imports with only
+# the deps BUILD gives it (`<library>_imports`), and these tests, one or two per package, run
+# through the Bazel toolchain and sandbox. The whole suite runs under pytest in CI already;
+# `python3 dev.py bazel //...` runs all of it under Bazel too (about 20 min on 2 cores).
+CI_TESTS = (
+  "tests/test_build_file.py",  # BUILD is current
+  "tests/test_layers.py",  # the layer table
+  "tests/test_foundation.py",  # the console script in a subprocess, layer imports
+  "tests/test_cli_startup.py",  # what `fedmf --help` imports
+  "tests/mf/test_strategies.py",  # the math layer and its loader
+  "tests/participation/test_models.py",
+  "tests/privacy/test_log_statistics.py",  # pyarrow, the auditor
+  "tests/tff/test_noise.py",  # TensorFlow and TFF graphs in the toolchain
+  "tests/tasks/test_synthetic.py",
+  "tests/program/test_config_sections.py",  # the program layer's config, TF-free
+  "tests/public_features/test_math.py",
+  "tests/deploy/test_manifests.py",
+)
 
 
 def _all_files() -> list[str]:
@@ -218,6 +238,16 @@ def render() -> dict[str, str]:
     deps = layout.deps(srcs, own=":" + name)
     graph[":" + name] = [d for d in deps if d.startswith(":")]
     out += [f"# {package}/"] + _rule("py_library", name=name, srcs=srcs, deps=deps)
+    out += _rule(
+      "py_test",
+      name=f"{name}_imports",
+      size="large",  # (TensorFlow's import alone takes ~10 s on a loaded machine)
+      srcs=[IMPORTS_RUNNER],
+      main=IMPORTS_RUNNER,
+      args=[package.replace("/", ".")],
+      deps=[":" + name],
+      tags=["ci"],
+    )
 
   tests = [f for f in files if f.startswith("tests/")]
   helpers = [f for f in tests if not Path(f).name.startswith("test_")]
@@ -267,6 +297,7 @@ def render() -> dict[str, str]:
     deps = sorted(set(layout.deps([rel, *imported])) | {":bazel_pytest", ":test_utils"})
     deps.sort(key=lambda label: (label.startswith("@"), label))
     local = any(marker in text for marker in LOCAL_MARKERS)
+    tags = (["exclusive", "no-sandbox"] if local else []) + (["ci"] if rel in CI_TESTS else [])
     out += _rule(
       "py_test",
       name=rel[len("tests/") : -3].replace("/", "_"),
@@ -275,7 +306,7 @@ def render() -> dict[str, str]:
       main=RUNNER,
       args=[rel],
       deps=deps,
-      tags=["exclusive", "no-sandbox"] if local else None,
+      tags=tags or None,
     )
 
   pypi = [

@@ -36,6 +36,12 @@ For CI and production pipelines, --strict makes the exit code the verdict: 0 whe
 with the declared schema, a privacy guarantee holds and epsilon is within --max-epsilon; 1 when any
 of them fails (the reasons on stderr and in --json under "strict"); 2 for bad input.
 
+A run with canaries (config section `canaries`) also reports its measured privacy (--json: object
+"empirical"): per threat model (all_releases, final_model) the epsilon estimate of Andrew et al.'s
+Gaussian fit, the one-run lower bound at 95% confidence and the analytic epsilon they are compared
+with; --strict then also fails when a lower bound exceeds the analytic epsilon
+(docs/empirical-privacy.md).
+
   fedmf audit out/run                                  # the run's own settings
   fedmf audit out/run --strict --max-epsilon 8         # gate a pipeline on the audit
   fedmf audit out/run --report out/run/reaudit         # HTML report with plots (report.html)
@@ -139,7 +145,9 @@ def add_parser(subparsers: Any) -> None:
     help="violations listed in the text summary (--json and the report list more)",
   )
   parser.add_argument(
-    "--no-progress", action="store_true", help="no progress bar (shown only on a terminal)"
+    "--no-progress",
+    action="store_true",
+    help="no progress (a bar on a terminal; elsewhere a line with the ETA every 30 s of reading)",
   )
   common.add_resource_args(parser)
   parser.set_defaults(func=run)
@@ -169,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     max_participations=args.max_participations,
     count_noise_multiplier=args.count_noise_multiplier,
   )
-  progress = not args.no_progress and sys.stderr.isatty()
+  progress = not args.no_progress  # A bar on a terminal; elsewhere a line every 30 s of reading.
   run_dir_path = args.source if os.path.isdir(args.source) else None
   result = audit.audit_log(
     inputs.log,
@@ -183,6 +191,14 @@ def run(args: argparse.Namespace) -> int:
   )
   if inputs.warnings:  # Reported with the audit's own warnings (summary, --json, report).
     result = dataclasses.replace(result, warnings=inputs.warnings + result.warnings)
+  if run_dir_path is not None:  # A run with canaries: its measured privacy (nothing without).
+    from fedmf.program import canary_audit  # pylint: disable=g-import-not-at-top
+
+    measured, warnings = canary_audit.measured_privacy(run_dir_path, result)
+    if measured is not None or warnings:
+      result = dataclasses.replace(
+        result, empirical=measured, warnings=result.warnings + tuple(warnings)
+      )
   paths = None
   if args.report is not None:
     from fedmf.program import run_dir  # pylint: disable=g-import-not-at-top

@@ -203,9 +203,10 @@ def add_resource_args(parser: argparse.ArgumentParser) -> None:
     type=positive_float,
     default=None,
     metavar="S",
-    help="refuse work whose estimated time exceeds this many seconds: the strategy math "
-    "(optimizing, sensitivity, evaluation), the PLD accountant and the audit's log scan are "
-    "estimated; training rounds and data loading are not (default: 120)",
+    help="refuse work whose estimated time exceeds this many seconds, and stop it with one line "
+    "once it has run longer (a slower or loaded machine): the strategy math (optimizing, "
+    "sensitivity, evaluation), the PLD accountant and the audit's log scan; training rounds and "
+    "data loading are not limited (default: 120)",
   )
 
 

@@ -17,11 +17,14 @@ command's cleanup (no temporary file is left behind).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import importlib
 import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 import warnings
 
@@ -58,6 +61,17 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+# Commands whose whole work is held to --max-seconds by the clock as well as by the estimates
+# (fedmf.mf.resources.time_limit). simulate and train hold their strategy optimization and noise
+# calibration to it, not their training rounds (which the flag does not limit: see its help).
+CLOCKED_COMMANDS = ("strategy", "account", "audit")
+
+
+def _command_name(args: argparse.Namespace) -> str:
+  sub = getattr(args, "strategy_command", None)
+  return f"fedmf {args.command}" + (f" {sub}" if sub else "")
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
   """Usage errors as one line on stderr (exit 2), like every other fedmf error."""
 
@@ -70,8 +84,34 @@ class Terminated(KeyboardInterrupt):
   """SIGTERM, raised like Ctrl-C so that the same cleanup (finally blocks, temporary files) runs."""
 
 
-def _raise_terminated(signum, frame):  # pylint: disable=unused-argument
+# The first SIGTERM raises Terminated; later ones are ignored while the cleanup it started runs (a
+# second `timeout` or `kill` must not interrupt the removal of a staging directory with a traceback).
+_TERMINATING = False
+
+
+def _raise_terminated(signum, frame):
+  global _TERMINATING
+  if _TERMINATING:
+    return
+  if _in_ignored_context(frame):
+    # An exception raised in a garbage-collection callback (JAX's `_xla_gc_callback`), a __del__
+    # or a weakref callback is printed as "Exception ignored in ..." and dropped, and the run would
+    # go on: deliver the signal again in a moment instead, outside that callback.
+    threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+    return
+  _TERMINATING = True
   raise Terminated()
+
+
+def _in_ignored_context(frame) -> bool:
+  """Whether `frame` runs inside code whose exceptions Python reports as unraisable and drops."""
+  callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+  while frame is not None:
+    code = frame.f_code
+    if code in callbacks or code.co_name in ("__del__", "_xla_gc_callback"):
+      return True
+    frame = frame.f_back
+  return False
 
 
 def _handle_sigterm():
@@ -109,6 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+  global _TERMINATING
+  _TERMINATING = False
+  try:
+    return _main(argv)
+  except Terminated:
+    # A SIGTERM in the last lines of the command, after its own handler (the cleanup of a finished
+    # run): the same one line, never a traceback.
+    print("fedmf: terminated (SIGTERM)", file=sys.stderr)
+    return 143
+
+
+def _main(argv: list[str] | None) -> int:
   # TensorFlow's C++ start-up chatter (CPU features, CUDA probing) says nothing about the run.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   parser = build_parser()
@@ -130,7 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if args.command is None else 2
   previous = _handle_sigterm()
   try:
-    with resources.limits(getattr(args, "max_memory", None), getattr(args, "max_seconds", None)):
+    with contextlib.ExitStack() as stack:
+      stack.enter_context(
+        resources.limits(getattr(args, "max_memory", None), getattr(args, "max_seconds", None))
+      )
+      if args.command in CLOCKED_COMMANDS:
+        stack.enter_context(resources.time_limit(_command_name(args)))
       return int(args.func(args) or 0)
   except (FedmfUserError, *USER_OS_ERRORS) as e:
     # One line, naming the problem; the exit code matches argparse's usage errors.

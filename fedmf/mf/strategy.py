@@ -350,6 +350,12 @@ class Strategy(abc.ABC):
     self.check_horizon(n)
     return streaming.row_norms(self.noise_stream(n), n)
 
+  def per_round_noise_matrix(self, n: int) -> np.ndarray:
+    """P with round t's unit-σ noise [P w]_t for w i.i.d. N(0, 1), dense: C⁻¹ (n×n) for a square
+    C. The per-round releases' noise covariance is P Pᵀ (docs/empirical-privacy.md)."""
+    self.check_horizon(n)
+    return scipy.linalg.solve_triangular(self.matrix(n), np.eye(n), lower=True)
+
   # --- resources (fedmf.mf.resources): estimated before any work -----------------------------
 
   def matrix_shape(self, n: int) -> tuple[int, int]:

@@ -259,6 +259,7 @@ def pld_epsilon(
   from dp_accounting.pld import pld_privacy_accountant  # pylint: disable=g-import-not-at-top
 
   delta = validate_delta(delta)
+  resources.check_time()  # --max-seconds: a calibration evaluates ε many times.
   accountant = pld_privacy_accountant.PLDAccountant(
     value_discretization_interval=value_discretization_interval
   )

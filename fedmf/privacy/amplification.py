@@ -31,6 +31,13 @@ from fedmf.privacy import accounting
 from fedmf.privacy import events
 
 
+# The smallest q accounted: dp_accounting's PLD of a Poisson-subsampled Gaussian fails below
+# about 1e-16 ("deltas are not in non-increasing order": log(1 + q) at float64 resolution),
+# measured at σ in [0.3, 5]; 1e-12 leaves a margin. ε(q) grows with q, so accounting a q at
+# this floor is a valid upper bound for any smaller one.
+MIN_SAMPLING_PROBABILITY = 1e-12
+
+
 @dataclasses.dataclass(frozen=True)
 class CyclicPoissonSampling:
   """P-cyclic Poisson sampling over `dataset_size` examples with expected batch `batch_size`."""
@@ -47,11 +54,25 @@ class CyclicPoissonSampling:
     b = self.batch_size
     if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and b > 0):
       raise FedmfUserError(f"batch size must be a number > 0, got {b!r}")
+    if float(b) > self.dataset_size * (1.0 + 1e-12):
+      raise FedmfUserError(
+        f"the batch size {b:g} exceeds the dataset size {self.dataset_size}: a round samples at "
+        "most every example once (lower the batch size or raise the dataset size)"
+      )
     if self.partitions * float(b) > self.dataset_size * (1.0 + 1e-12):
       raise FedmfUserError(
         f"{self.partitions} partitions of {self.dataset_size} examples hold "
         f"{self.dataset_size / self.partitions:.6g} each, fewer than the batch size {b:g}: "
         f"use at most {int(self.dataset_size // b)} partitions (dataset size / batch size)"
+      )
+
+    q = self.partitions * float(b) / self.dataset_size
+    if q < MIN_SAMPLING_PROBABILITY:
+      raise FedmfUserError(
+        f"the sampling probability q = partitions x batch size / dataset size = {q:.3g} is below "
+        f"{MIN_SAMPLING_PROBABILITY:g}, where the PLD accountant's float64 arithmetic breaks down "
+        "(1 + q rounds to 1); account a smaller dataset size: a larger q gives a valid upper "
+        "bound on epsilon (epsilon only shrinks with q)"
       )
 
   @classmethod

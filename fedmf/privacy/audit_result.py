@@ -8,6 +8,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
+from fedmf import display
 from fedmf.privacy import accounting
 from fedmf.privacy import curve as curve_lib
 from fedmf.privacy.log_counts import REASONS, LogStatistics, ViolationTable
@@ -98,6 +99,8 @@ class AuditResult:
   # The check of a declared cyclic Poisson sampling (`fedmf.privacy.partition_audit.AmplifiedAudit`),
   # None when the run declares none.
   amplified: Optional[Any] = None
+  # Measured privacy (`fedmf.privacy.empirical.EmpiricalPrivacy`) of a run with canaries, else None.
+  empirical: Optional[Any] = None
 
   @property
   def amplification_credited(self) -> bool:
@@ -160,7 +163,7 @@ class AuditResult:
       guarantee = False
       statement = (
         f"No privacy guarantee: the sensitivity is only a lower bound, so epsilon "
-        f"{a.epsilon:.4g} is optimistic, not a guarantee (audit with --sensitivity auto)."
+        f"{display.epsilon(a.epsilon)} is optimistic, not a guarantee (audit with --sensitivity auto)."
       )
       failures.append("no privacy guarantee (the sensitivity is a lower bound)")
     else:
@@ -178,7 +181,7 @@ class AuditResult:
           "end: its id may be cut off)"
         )
       statement = (
-        f"({a.epsilon:.4g}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
+        f"({display.epsilon(a.epsilon)}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
         f"under the participation the log shows: {realized}."
       )
       if a.adaptive:
@@ -193,12 +196,12 @@ class AuditResult:
             f"The log VIOLATES the declared schema ({declared}): {violating} clients "
             f"({counts['min-sep']} below the min-separation, {counts['max-participations']} "
             f"above the max participations). The declared epsilon "
-            f"{self.declared.accounting.epsilon:.4g} does NOT hold. What holds is {statement}"
+            f"{display.epsilon(self.declared.accounting.epsilon)} does NOT hold. What holds is {statement}"
           )
         else:
           statement += (
             f" It complies with the declared schema ({declared}), whose epsilon "
-            f"{self.declared.accounting.epsilon:.4g} holds too."
+            f"{display.epsilon(self.declared.accounting.epsilon)} holds too."
           )
       statement = self._amplified_statement(statement)
     if self.amplified is not None and self.partition_violations:
@@ -208,6 +211,8 @@ class AuditResult:
       )
     if self.max_epsilon is not None and guarantee and self.epsilon > self.max_epsilon:
       failures.append(f"epsilon {self.epsilon:.4g} exceeds --max-epsilon {self.max_epsilon:g}")
+    if self.empirical is not None:
+      failures.extend(self.empirical.failures())
     return Verdict(
       guarantee=guarantee,
       statement=statement,
@@ -225,7 +230,7 @@ class AuditResult:
     if self.amplification_credited:
       acc = self.amplified.accounting
       return (
-        f"({acc.epsilon:.4g}, {acc.delta:g})-DP with privacy AMPLIFICATION by "
+        f"({display.epsilon(acc.epsilon)}, {acc.delta:g})-DP with privacy AMPLIFICATION by "
         f"{c.partitions}-cyclic Poisson sampling (BandMF Thm 4; q = "
         f"{acc.sampling.sampling_probability:.4g} over {acc.sampling.dataset_size} devices), "
         f"for every device, as the run declares its sampling: the log complies with the "
@@ -243,49 +248,57 @@ class AuditResult:
     s = self.stats
     a = self.realized
     v = self.verdict()
-    return {
-      "log": self.log,
-      "strategy": self.strategy,
-      "rounds": self.rounds,
-      "rounds_source": self.rounds_source,
-      "clients": s.clients,
-      "participations": s.participations,
-      "log_rows": s.log_rows,
-      "duplicate_rows": s.duplicate_rows,
-      "cut_off_row": s.cut_off_row,
-      "observed_min_sep": s.observed_min_sep,
-      "observed_max_participations": s.observed_max_participations,
-      "gap_histogram": {"gap": s.gap_values.tolist(), "count": s.gap_counts.tolist()},
-      "participations_histogram": {
-        "participations": s.participation_values.tolist(),
-        "clients": s.participation_counts.tolist(),
-      },
-      "violations": self.violations.to_list(),
-      "violation_counts": self.violation_counts(),
-      # True when "violations" lists only the first entries (see audit_log's violation_limit);
-      # "violation_counts" counts them all.
-      "violations_truncated": self.violations.truncated,
-      "claim_covers_all_clients": self.claim_covers_all_clients,
-      # The one statement the log supports (docs: the realized participation, never a declared
-      # schema it violates); "epsilon" and "rho" are infinite when there is no guarantee (σ = 0).
-      "privacy_guarantee": v.guarantee,
-      "statement": v.statement,
-      "declared_holds": v.declared_holds,
-      "sensitivity": a.sensitivity,
-      "sensitivity_method": a.sensitivity_method,
-      "sensitivity_algorithm": a.sensitivity_algorithm,
-      "rho": a.rho,
-      "epsilon": a.epsilon,
-      "delta": a.delta,
-      "noise_multiplier": a.noise_multiplier,
-      "accountant": a.accountant,
-      **self._adaptive_dict(),
-      "declared": self.declared.to_dict() if self.declared else None,
-      "max_epsilon": self.max_epsilon,
-      "strict": {"passed": v.passed, "failures": list(v.failures)},
-      "notes": list(self.notes),
-      "warnings": list(self.warnings),
-    } | self._amplified_dict()
+    return (
+      {
+        "log": self.log,
+        "strategy": self.strategy,
+        "rounds": self.rounds,
+        "rounds_source": self.rounds_source,
+        "clients": s.clients,
+        "participations": s.participations,
+        "log_rows": s.log_rows,
+        "duplicate_rows": s.duplicate_rows,
+        "cut_off_row": s.cut_off_row,
+        "observed_min_sep": s.observed_min_sep,
+        "observed_max_participations": s.observed_max_participations,
+        "gap_histogram": {"gap": s.gap_values.tolist(), "count": s.gap_counts.tolist()},
+        "participations_histogram": {
+          "participations": s.participation_values.tolist(),
+          "clients": s.participation_counts.tolist(),
+        },
+        "violations": self.violations.to_list(),
+        "violation_counts": self.violation_counts(),
+        # True when "violations" lists only the first entries (see audit_log's violation_limit);
+        # "violation_counts" counts them all.
+        "violations_truncated": self.violations.truncated,
+        "claim_covers_all_clients": self.claim_covers_all_clients,
+        # The one statement the log supports (docs: the realized participation, never a declared
+        # schema it violates); "epsilon" and "rho" are infinite when there is no guarantee (σ = 0).
+        "privacy_guarantee": v.guarantee,
+        "statement": v.statement,
+        "declared_holds": v.declared_holds,
+        "sensitivity": a.sensitivity,
+        "sensitivity_method": a.sensitivity_method,
+        "sensitivity_algorithm": a.sensitivity_algorithm,
+        "rho": a.rho,
+        "epsilon": a.epsilon,
+        "delta": a.delta,
+        "noise_multiplier": a.noise_multiplier,
+        "accountant": a.accountant,
+        **self._adaptive_dict(),
+        "declared": self.declared.to_dict() if self.declared else None,
+        "max_epsilon": self.max_epsilon,
+        "strict": {"passed": v.passed, "failures": list(v.failures)},
+        "notes": list(self.notes),
+        "warnings": list(self.warnings),
+      }
+      | self._amplified_dict()
+      | self._empirical_dict()
+    )
+
+  def _empirical_dict(self) -> dict[str, Any]:
+    """`empirical` of a run with canaries (none without: outputs unchanged)."""
+    return {} if self.empirical is None else {"empirical": self.empirical.to_dict()}
 
   def _adaptive_dict(self) -> dict[str, Any]:
     """Adaptive clipping's count releases in the claim (none for a fixed clip: outputs unchanged):
@@ -407,6 +420,8 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
     )
   elif len(result.violations) > max_violations:
     lines.append(f"  ... {len(result.violations) - max_violations} more (see --json)")
+  if result.empirical is not None:
+    lines += [""] + result.empirical.summary_lines()
   for note in result.notes:
     lines.append(f"note: {note}")
   for w in result.warnings:

@@ -32,6 +32,7 @@ def _prefetched(items, depth: int = 3):
 
   Exceptions of the producer are re-raised here; leaving the loop early stops the producer.
   """
+  import contextvars  # pylint: disable=g-import-not-at-top
   import queue  # pylint: disable=g-import-not-at-top
   import threading  # pylint: disable=g-import-not-at-top
 
@@ -57,7 +58,11 @@ def _prefetched(items, depth: int = 3):
       if hasattr(items, "close"):
         items.close()  # Closes the log file now, not when garbage collected.
 
-  worker = threading.Thread(target=produce, name="fedmf-log-reader", daemon=True)
+  # In the caller's context: the reader's --max-seconds clock (a context variable) goes along.
+  context = contextvars.copy_context()
+  worker = threading.Thread(
+    target=context.run, args=(produce,), name="fedmf-log-reader", daemon=True
+  )
   worker.start()
   try:
     while True:

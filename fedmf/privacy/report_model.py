@@ -19,8 +19,11 @@ from typing import Any, Optional
 import numpy as np
 
 from fedmf import __version__
+from fedmf import display
 from fedmf.privacy import audit_result
 from fedmf.privacy import log_counts
+from fedmf.privacy import report_words
+from fedmf.privacy import report_measured
 
 # The file of each plot, by key.
 PLOT_FILES = {
@@ -31,6 +34,7 @@ PLOT_FILES = {
   "training": "training.png",
   "clip": "clip_norm.png",
   "checkins": "checkins.png",
+  "canaries": "canary_statistics.png",
 }
 
 
@@ -41,6 +45,9 @@ class RunMetrics:
 
   columns: dict[str, np.ndarray]
   initial_accuracy: Optional[float] = None
+  # (rounds completed, accuracy) of the final model when it was evaluated after the last
+  # evaluation round (a run stopped by its budget between two evaluations).
+  final_accuracy: Optional[tuple[int, float]] = None
 
   def get(self, name: str) -> Optional[np.ndarray]:
     values = self.columns.get(name)
@@ -103,6 +110,9 @@ class ReportDocument:
   violations: tuple[ViolationRow, ...]  # The first `max_violations`.
   more_violations: int  # Listed in audit.json only.
   statement_sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+  explanations: tuple[report_words.Paragraph, ...] = ()  # In plain words, with their docs.
+  # Measured privacy (a run with canaries; `fedmf.privacy.report_measured`), else None.
+  measured: Optional[Any] = None
   version: str = __version__
 
 
@@ -285,7 +295,7 @@ def _facts(result: audit_result.AuditResult, hashes: dict[str, Any]) -> list[tup
       )  # pylint: disable=protected-access
     )
   if result.max_epsilon is not None:
-    facts.append(("Budget (--max-epsilon)", f"{result.max_epsilon:g}"))
+    facts.append(("Budget ε (--max-epsilon; a run's budget.epsilon)", f"{result.max_epsilon:g}"))
   facts.append(("Log sha256", hashes.get("log") or "not available"))
   if hashes.get("strategy"):
     facts.append(("Strategy sha256", hashes["strategy"]))
@@ -303,7 +313,7 @@ def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
       f"{a.sensitivity:.6g}",
       a.sensitivity_method,
       _fmt(a.rho),
-      _fmt(a.epsilon),
+      display.epsilon(a.epsilon),
       "yes" if result.verdict().guarantee else "no",
     ]
   ]
@@ -320,7 +330,7 @@ def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
         f"{d.sensitivity:.6g}",
         d.sensitivity_method,
         _fmt(d.rho),
-        _fmt(d.epsilon),
+        display.epsilon(d.epsilon),
         "yes" if holds else "NO",
       ]
     )
@@ -335,7 +345,7 @@ def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
         "-" if acc is None else f"{acc.max_column_norm:.6g}",
         "BandMF Thm 4",
         "-",
-        "-" if acc is None else _fmt(acc.epsilon),
+        "-" if acc is None else display.epsilon(acc.epsilon),
         "yes" if result.amplification_credited and result.verdict().guarantee else "NO",
       ]
     )
@@ -347,7 +357,7 @@ _FIGURES = (
   (
     "epsilon",
     "Privacy over rounds",
-    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε; dotted (when a budget is given, --max-epsilon): the budget.",
+    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε; dotted: the budget, when there is one (fedmf audit --max-epsilon; fedmf train's budget.epsilon).",
   ),
   (
     "participations",
@@ -367,7 +377,14 @@ _FIGURES = (
   (
     "training",
     "Training",
-    "Test accuracy and loss of the model on the evaluated rounds (metrics.csv).",
+    "Test accuracy and loss of the model on the evaluated rounds (metrics.csv); a diamond: the final model, evaluated when the run stopped between two evaluation rounds.",
+  ),
+  (
+    "canaries",
+    "Canary statistics",
+    "Per threat model, the statistics of the inserted canaries against the held-out ones (the "
+    "null), with the Gaussians fitted to each (Andrew et al. 2024); dashed: where the inserted ones "
+    "would sit if the mechanism is exactly as analyzed.",
   ),
   (
     "clip",
@@ -391,6 +408,7 @@ _SECTIONS = {
   "training": ("training", "Training"),
   "clip": ("training", "Training"),
   "checkins": ("training", "Training"),
+  "canaries": ("measured", "Measured privacy"),
 }
 
 
@@ -459,4 +477,6 @@ def build_document(
     statement_sections=tuple(
       (section, tuple(items)) for section, items in privacy_statement(result)
     ),
+    explanations=report_words.for_result(result),
+    measured=report_measured.section(result.empirical),
   )

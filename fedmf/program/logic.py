@@ -25,9 +25,11 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import tensorflow_federated as tff
 
+from fedmf import progress as progress_lib
 from fedmf.mf import strategies
 from fedmf.program import training_run
 from fedmf.program import outputs
+from fedmf.program import plan as plan_lib
 from fedmf.program import run_dir
 
 logger = logging.getLogger("fedmf.train")
@@ -103,7 +105,7 @@ class Program:
       at the end (key 'final').
     participation_log: `write_round(r, client_ids)`.
     journal: `check_and_record(r, noisy_mean)`: refuses to release a round twice, differently.
-    progress: `outputs.Progress`.
+    progress: `fedmf.progress.Progress`, told the rounds done after each round.
     budget: ε the run stops before exceeding (None: no guard).
   """
 
@@ -112,7 +114,7 @@ class Program:
   model_manager: tff.program.ReleaseManager
   participation_log: RoundLog
   journal: Journal
-  progress: outputs.Progress
+  progress: progress_lib.Progress
   budget: Optional[float] = None
 
 
@@ -191,7 +193,7 @@ async def run_rounds(
     # A crash before the checkpoint is safe: resume truncates the logs to the checkpoint and
     # recomputes the rounds after it identically (the journal checks that).
     checkpoint = done % c.program.checkpoint_every == 0 or done == c.program.rounds
-    program.participation_log.write_round(r, ids)
+    program.participation_log.write_round(r, ids + record.canary_ids)
     for manager in program.metrics_managers:
       await manager.release(metrics_value(record, run.adaptive), r)
     if checkpoint and done < c.program.rounds:
@@ -200,7 +202,7 @@ async def run_rounds(
       await program.checkpoints.save(run, done)
       last_saved = done
     records.append(record)
-    program.progress.update(r, _progress_fields(run, records, accuracy))
+    program.progress.update(done, _progress_fields(run, records, accuracy))
   if run.server.round != last_saved:
     # A budget stop between checkpoints: the state of the last completed round, so a rerun does
     # not redo released rounds. Not when that round's checkpoint exists (a stop right after a
@@ -241,11 +243,11 @@ def _progress_fields(
   run: training_run.TrainingRun, records: list, accuracy: float
 ) -> dict[str, str]:
   record = records[-1]
-  fields = {
-    "loss": f"{record.loss:.3f}",
-    "accuracy": f"{accuracy:.4f}",
-    "epsilon": training_run.format_epsilon(run.meter.epsilon(record.round + 1)),
-  }
+  fields = {"loss": f"{record.loss:.3f}", "accuracy": f"{accuracy:.4f}"}
+  if run.plan.noise_multiplier:
+    fields["epsilon"] = training_run.format_epsilon(run.meter.epsilon(record.round + 1))
+  else:  # σ = 0: no ε to show (the meter's would be inf), as every other output says.
+    fields["epsilon"] = "none (no privacy guarantee)"
   zeroed = sum(x.zeroed for x in records)
   if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
     fields["zeroed"] = str(zeroed)
@@ -256,11 +258,18 @@ def _progress_fields(
 # The plan, in JSON and in words.
 
 
+def cheap_simulation(config) -> bool:
+  """The papers' cheap simulation: σ scaled for another cohort than the one trained (a reference
+  equal to clients_per_round is the run itself, not a simulation of another)."""
+  reference = config.privacy.reference_clients_per_round
+  return reference is not None and reference != config.program.clients_per_round
+
+
 def plan_record(run: training_run.TrainingRun) -> dict[str, Any]:
   c = run.config
   out = run.plan.to_dict()
   out["participation"] = run.participation.describe()
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     out["cheap_simulation"] = (
       f"trained on {c.program.clients_per_round} clients per round with σ scaled by "
       f"{c.program.clients_per_round}/{c.privacy.reference_clients_per_round}, so the noise on the mean matches "
@@ -281,7 +290,7 @@ def describe_plan(run: training_run.TrainingRun) -> list[str]:
     + (
       f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
       f"{run.config.privacy.reference_clients_per_round} clients per round)"
-      if run.config.privacy.reference_clients_per_round and p.noise_multiplier
+      if cheap_simulation(run.config) and p.noise_multiplier
       else ""
     ),
     f"planned privacy: epsilon {training_run.format_epsilon(p.epsilon)} at delta {p.delta:g} "
@@ -302,6 +311,20 @@ def describe_plan(run: training_run.TrainingRun) -> list[str]:
       )
       + ")"
     )
+  budget = run.config.program.budget.epsilon
+  if budget is not None and p.noise_multiplier and p.epsilon > budget:
+    # Said before the rounds, not found out after them (issue 38 item 7).
+    warning = (
+      f"warning: the planned epsilon {training_run.format_epsilon(p.epsilon)} exceeds budget.epsilon "
+      f"{budget:g}: the budget guard will stop the run early"
+    )
+    if p.sensitivity is not None:  # (b-min-separation accounting; not an amplified plan)
+      fit = plan_lib.rounds_within_budget(p, budget)
+      warning += (
+        f", at the earliest before round {fit} (the first {fit} of "
+        f"{run.config.program.rounds} rounds fit the budget under the declared participation)"
+      )
+    lines.append(warning + "; lower the rounds, raise noise_multiplier, or use target_epsilon")
   return lines
 
 
@@ -319,19 +342,46 @@ def finish(
   report: bool,
   log=print,
   extra: Optional[dict[str, Any]] = None,
+  budget: Optional[float] = None,
+  stopped_by_budget: bool = False,
 ) -> dict[str, Any]:
-  """Audits the run's participation log and writes audit.json, the report and summary.json."""
-  result, audit_dict = _audit(run, out, len(records), initial, report)
+  """Audits the run's participation log and writes audit.json, the report and summary.json.
+
+  `budget` (fedmf train's budget.epsilon) is drawn on the report's ε curve and checked by the
+  audit; `stopped_by_budget` says in the report why the run has fewer rounds than planned."""
+  if run.canaries is not None:
+    run.canaries.save(
+      out / "canaries.npz",
+      len(records),
+      run.task.initial_weights(run.config.program.seed),
+      run.server.weights,
+    )
   c = run.config
   p = run.plan
   # The final accuracy is the final model's: the last round's evaluation, or, when the last round
-  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now.
+  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now (and
+  # shown on the report's accuracy plot).
   final_accuracy = final_loss = None
+  evaluated_after = None
   if records and records[-1].accuracy is not None:
     final_accuracy, final_loss = records[-1].accuracy, records[-1].test_loss
   elif records:
     final = run.task.evaluate(run.server.weights)
     final_accuracy, final_loss = final["accuracy"], final["loss"]
+    evaluated_after = (records[-1].round + 1, float(final_accuracy))
+  notes = []
+  if budget is not None:
+    done = len(records)
+    notes.append(
+      f"privacy budget (budget.epsilon): {budget:g}; the program stopped after {done} of "
+      f"{c.program.rounds} rounds because releasing round {done} would have taken epsilon past "
+      "it (the dotted line)"
+      if stopped_by_budget
+      else f"privacy budget (budget.epsilon): {budget:g}; the run stayed within it"
+    )
+  result, audit_dict = _audit(
+    run, out, len(records), initial, report, budget, tuple(notes), evaluated_after
+  )
   counts = result.violation_counts()
   summary = {
     "rounds": c.program.rounds,
@@ -367,7 +417,7 @@ def finish(
     "audit": _audit_summary(result, audit_dict, c.privacy.delta),
     **(extra or {}),
   }
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary
@@ -392,7 +442,16 @@ def _clip_summary(
   }
 
 
-def _audit(run: training_run.TrainingRun, out: Path, rounds_completed: int, initial, report: bool):
+def _audit(
+  run: training_run.TrainingRun,
+  out: Path,
+  rounds_completed: int,
+  initial,
+  report: bool,
+  budget: Optional[float] = None,
+  notes: tuple[str, ...] = (),
+  final_accuracy: Optional[tuple[int, float]] = None,
+):
   """The audit of OUT/participation.csv (and the report); returns (result, its dict)."""
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
 
@@ -410,10 +469,18 @@ def _audit(run: training_run.TrainingRun, out: Path, rounds_completed: int, init
     max_participations=declared.max_participations,
     progress=False,
     curve="every-round" if report else False,  # the meter's ε, round by round
-    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
+    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None) + notes,
     sampling=sampling,
     count_noise_multiplier=p.count_noise_multiplier,  # adaptive clipping's counts (None: fixed)
+    max_epsilon=budget,
   )
+  if run.canaries is not None:
+    from fedmf.program import canary_audit  # pylint: disable=g-import-not-at-top
+
+    measured, warnings = canary_audit.measured_privacy(out, result)
+    result = dataclasses.replace(
+      result, empirical=measured, warnings=result.warnings + tuple(warnings)
+    )
   audit_dict = result.to_dict()
   if report:
     from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
@@ -424,7 +491,9 @@ def _audit(run: training_run.TrainingRun, out: Path, rounds_completed: int, init
       out,
       strategy_path=str(strategy_file) if strategy_file.is_file() else None,
       # summary.json, which holds the initial accuracy, comes next.
-      metrics=run_dir.read_metrics(out, initial_accuracy=initial["accuracy"]),
+      metrics=run_dir.read_metrics(
+        out, initial_accuracy=initial["accuracy"], final_accuracy=final_accuracy
+      ),
     )
   else:
     outputs.write_json(out / "audit.json", audit_dict)
@@ -450,6 +519,20 @@ def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str
         "partition_violations": result.partition_violations,
       }
       if "epsilon_amplified" in audit_dict
+      else {}
+    ),
+    **(
+      {
+        "empirical": {
+          name: {
+            key: audit_dict["empirical"][name][key]
+            for key in ("epsilon_estimate", "epsilon_lower", "confidence", "analytic_epsilon")
+          }
+          for name in ("all_releases", "final_model")
+          if name in audit_dict["empirical"]
+        }
+      }
+      if "empirical" in audit_dict
       else {}
     ),
   }

@@ -213,6 +213,32 @@ def _cross_check(result, accountant) -> dict[str, Any]:
   return {"accountant": other, "epsilon": eps}
 
 
+def rounds_within_budget(plan: PrivacyPlan, budget: float) -> int:
+  """The most rounds r <= n whose ε under the declared schema's first r rounds is at most
+  `budget`: the budget guard (which accounts the realized participation, within the declared)
+  cannot stop the run before round r. Binary search: ε grows with the rounds."""
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  def fits(rounds: int) -> bool:
+    schema = plan.schema.with_rounds(rounds)
+    result = accounting.account(
+      plan.strategy, schema, plan.noise_multiplier, plan.delta, accountant=plan.accountant
+    )
+    return result.epsilon <= budget
+
+  n = plan.schema.n
+  if fits(n):
+    return n
+  low, high = 0, n  # fits(low) (no round released: ε = 0), not fits(high)
+  while high - low > 1:
+    mid = (low + high) // 2
+    if fits(mid):
+      low = mid
+    else:
+      high = mid
+  return low
+
+
 def make_plan(
   config, model: ParticipationModel, strategy: Strategy, schema: ParticipationSchema
 ) -> PrivacyPlan:

@@ -5,13 +5,13 @@ round twice with different noise, and `run_training`, which runs the program log
 (`fedmf.program.logic.run_rounds`, an async function of its platform pieces) with them: the run's
 round runner (in process or TFF workers) and participation data source iterator, a
 `tff.program.FileProgramStateManager` (`FileCheckpoints`), release managers for metrics
-(`CSVFileReleaseManager` keyed by round, `TensorBoardReleaseManager`) and for the model
+(`MetricsJournal` keyed by round, TFF's `TensorBoardReleaseManager`) and for the model
 (`ModelReleaseManager`), the durable participation log and the release journal (`ReleaseJournal`).
 
 ROOT holds:
   state/                 checkpoints (owner-only: they hold the noise seed and buffers)
   participation.csv      appended and fsynced round by round; truncated to the checkpoint on resume
-  metrics.csv            one row per round (CSVFileReleaseManager, append mode, keyed by round)
+  metrics.csv            one row per round, appended and fsynced, in `fedmf simulate`'s columns
   tensorboard/           the same metrics for TensorBoard
   release/               model_round_R.npz every `checkpoint_every` rounds and final_model.npz
   journal.csv            (round, sha256 of the noisy aggregate) of every round ever released
@@ -52,12 +52,14 @@ import numpy as np
 import tensorflow_federated as tff
 
 from fedmf import atomic_files
+from fedmf import progress as progress_lib
 from fedmf.errors import FedmfUserError
 from fedmf.program import logic
 from fedmf.program import training_run
 from fedmf.program import outputs
 from fedmf.program import run_dir
 from fedmf.program import run_manifest
+from fedmf.program import simulate
 from fedmf.program.config import PLATFORM_KEYS, TrainingConfig
 
 logger = logging.getLogger("fedmf.train")
@@ -91,20 +93,57 @@ class ModelReleaseManager(tff.program.ReleaseManager):
       np.savez(f, *[np.asarray(w) for w in value])
 
 
-class FsyncedRelease:
-  """A release manager whose releases are on disk when `release` returns: the inner manager's
-  file is fsynced after each release (TFF's `CSVFileReleaseManager` appends without fsync, or
-  rewrites through a temporary file and a rename). The program logic writes a round's metrics
-  before the checkpoint that covers the round, and the audit counts metrics.csv's rows as the
-  rounds run: a power loss must not keep the checkpoint and lose the row."""
+class MetricsJournal(tff.program.ReleaseManager):
+  """metrics.csv of a resumable run: a release manager keyed by the round whose rows are appended
+  and fsynced (`atomic_files.Journal`), in the column order of `fedmf simulate`'s metrics.csv
+  (`outputs.metric_columns`: with adaptive clipping also ζ_t and the noisy fraction within it).
 
-  def __init__(self, inner, path: Path):
-    self.inner = inner
+  Why not TFF's `CSVFileReleaseManager`: it orders columns alphabetically (it flattens the value
+  as a sorted structure) and rewrites the whole file whenever a round brings a new key (the first
+  evaluated round), and it does not fsync; the program logic writes a round's metrics before the
+  checkpoint that covers the round, and the audit counts these rows as the rounds run. On resume
+  the file is first cut to the rounds the checkpoint covers (`truncate_csv_by_round`) and, if an
+  earlier version wrote it in another column order, rewritten in this one.
+  """
+
+  def __init__(
+    self, path: Path, resume_below: int, columns: tuple[str, ...] = outputs.METRIC_COLUMNS
+  ):
+    from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
+
     self.path = Path(path)
+    if self.path.exists():
+      participation_log.truncate_csv_by_round(self.path, resume_below)
+      _reorder_columns(self.path, columns)
+    self._journal = atomic_files.Journal(self.path, ",".join(columns) + "\n", newline="")
+    self._columns = columns
 
-  async def release(self, value, key) -> None:
-    await self.inner.release(value, key)
-    atomic_files.fsync_path(self.path)
+  async def release(self, value: dict[str, float], key: int) -> None:
+    row = {k: int(v) if k in training_run.INT_METRICS else v for k, v in value.items()}
+    self._journal.append(outputs.metrics_row({"round": int(key), **row}, self._columns))
+
+  def close(self) -> None:
+    self._journal.close()
+
+
+def _reorder_columns(path: Path, columns: tuple[str, ...]) -> None:
+  """Rewrites a CSV (atomically) with `columns` in this order, if its header is another order;
+  columns it lacks are left empty."""
+  import csv  # pylint: disable=g-import-not-at-top
+  import io  # pylint: disable=g-import-not-at-top
+
+  with open(path, newline="", encoding="utf-8") as f:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    rows = [dict(zip(header, row)) for row in reader] if header else []
+  if header is None or tuple(header) == columns:
+    return
+  buf = io.StringIO()
+  writer = csv.writer(buf, lineterminator="\n")
+  writer.writerow(columns)
+  for row in rows:
+    writer.writerow(["" if row.get(k) in (None, "None") else row[k] for k in columns])
+  atomic_files.write_text(path, buf.getvalue(), tag="reorder", newline="")
 
 
 class ReleaseJournal:
@@ -162,6 +201,9 @@ def program_state(
     noise = run.noise.state() if run.noise is not None else []
   # ζ_t of an adaptive clip (a fixed clip's checkpoint keeps the layout it always had).
   clip = {"clip": np.float64(math.nan if template else run.clip.state())} if run.adaptive else {}
+  # The canaries' seed, rounds and projections so far (only with `canaries:`: a run without them
+  # keeps the checkpoint structure it always had).
+  canaries = {} if run.canaries is None else {"canaries": run.canaries.state()}
   return {
     "format": np.int64(STATE_FORMAT),
     "round": np.int64(run.server.round),
@@ -178,6 +220,7 @@ def program_state(
     },
     "data_iterator": run.data_iterator,
     **clip,
+    **canaries,
   }
 
 
@@ -197,6 +240,8 @@ def restore_state(run: training_run.TrainingRun, state: dict) -> float:
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
   run.data_iterator = state["data_iterator"]
   run.data_iterator.client_id = run.task.client_id
+  if run.canaries is not None:
+    run.canaries.restore(state["canaries"])
   return float(state["initial_accuracy"])
 
 
@@ -303,9 +348,14 @@ def _released_rows(root: Path) -> int:
 
 
 def run_training(
-  config: TrainingConfig, root: str | Path, *, progress: bool = True, log=print
+  config: TrainingConfig,
+  root: str | Path,
+  *,
+  progress: bool | progress_lib.Progress = True,
+  log=print,
 ) -> dict[str, Any]:
-  """Runs or resumes the training program in ROOT; returns summary.json's contents."""
+  """Runs or resumes the training program in ROOT; returns summary.json's contents (`progress`:
+  as `fedmf.program.simulate.run_simulation`'s)."""
   from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
   root = Path(root)
@@ -320,23 +370,30 @@ def run_training(
       manifest = run_manifest.start(root, "train", run_id, rounds=config.program.rounds)
       checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
-      with platform.execution(
-        config.platform,
-        log_dir=str(root),
-        concurrent_clients=training_run.concurrent_clients(config),
-      ) as pool:
-        # The noise seed may come from the checkpoint.
-        run = training_run.build_run(config, noise=False, pool=pool)
-        try:
-          version = checkpoints.resume_or_start(run, root, log)
-          logic.start(run, root, run_id, write_config=not resuming, log=log)
-          rounds = _run_program(run, root, checkpoints, version, progress)
-        finally:
-          if run.noise is not None:
-            run.noise.close()
-      summary = _finish(
-        run, root, rounds, checkpoints.initial_accuracy, time.perf_counter() - start, run_id
-      )
+      # Off a terminal, lines from now on: building the run and resuming can take minutes.
+      bar = simulate.run_progress(config, progress)
+      bar.set_stage("preparing the run")
+      with bar:
+        with platform.execution(
+          config.platform,
+          log_dir=str(root),
+          concurrent_clients=training_run.concurrent_clients(config),
+        ) as pool:
+          # The noise seed may come from the checkpoint.
+          run = training_run.build_run(config, noise=False, pool=pool)
+          try:
+            version = checkpoints.resume_or_start(run, root, log)
+            logic.start(run, root, run_id, write_config=not resuming, log=log)
+            bar.start_at(version)
+            bar.set_stage(None)
+            rounds = _run_program(run, root, checkpoints, version, bar)
+          finally:
+            if run.noise is not None:
+              run.noise.close()
+        bar.set_stage("auditing the participation log")
+        summary = _finish(
+          run, root, rounds, checkpoints.initial_accuracy, time.perf_counter() - start, run_id
+        )
       run_manifest.finish(root, manifest)
       return summary
   finally:
@@ -357,27 +414,18 @@ def _run_program(
   root: Path,
   checkpoints: FileCheckpoints,
   version: int,
-  progress: bool,
+  bar: progress_lib.Progress,
 ) -> logic.Rounds:
   """The program logic with the file-backed pieces, from round `version` on."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
   config = run.config
-  participation_log.truncate_csv_by_round(root / "metrics.csv", version)
-  metrics = (
-    FsyncedRelease(
-      tff.program.CSVFileReleaseManager(
-        str(root / "metrics.csv"), save_mode=tff.program.CSVSaveMode.APPEND, key_fieldname="round"
-      ),
-      root / "metrics.csv",
-    ),
-    tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
+  metrics_csv = MetricsJournal(
+    root / "metrics.csv", resume_below=version, columns=outputs.metric_columns(run.adaptive)
   )
+  metrics = (metrics_csv, tff.program.TensorBoardReleaseManager(str(root / "tensorboard")))
   journal = ReleaseJournal(root / JOURNAL)
-  bar = outputs.Progress(
-    config.program.rounds, enabled=progress, every=config.program.eval_every, initial=version
-  )
   try:
     with participation_log.AppendableParticipationLog(
       root / "participation.csv", resume_below=version
@@ -393,8 +441,8 @@ def _run_program(
       )
       return asyncio.run(logic.run_rounds(run, program, checkpoints.initial_accuracy))
   finally:
-    bar.close()
     journal.close()
+    metrics_csv.close()
 
 
 def _finish(
@@ -413,6 +461,8 @@ def _finish(
     {"accuracy": initial_accuracy},
     seconds,
     report=True,
+    budget=run.config.program.budget.epsilon,
+    stopped_by_budget=rounds.stopped_by_budget,
     extra={
       "stopped_by_budget": rounds.stopped_by_budget,
       "budget_epsilon": run.config.program.budget.epsilon,

@@ -91,6 +91,16 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     """The adaptive clip with its count noise multiplier resolved (None: a fixed clip)."""
     return self._dp.adaptive
 
+  @property
+  def clip_norm(self) -> float:
+    """ζ, the clip of each client update (the initial ζ_0 of an adaptive clip)."""
+    return self._clip_norm
+
+  @property
+  def clients_per_round(self) -> float:
+    """B, the fixed denominator of the DP mean."""
+    return self._clients_per_round
+
   def create(self, value_type) -> tff.templates.AggregationProcess:
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f'value_type must be a structure of floats, got {value_type}')

@@ -198,3 +198,14 @@ def test_the_writer_restores_the_default_sigterm_action():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
     assert sorted(os.listdir(tmp)) == ["p.csv"]
   assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("name", ["log.csv", "log.csv.gz"])
+def test_a_10_mb_line_names_its_row_in_fedmf_words(tmp_path, capsys, name):
+  """Issue 38 item 15: pyarrow's 'straddling object straddles two block boundaries (try to
+  increase block size?)' named neither the row nor what is wrong."""
+  text = b"round,client_id\n0,a\n1,b\n2," + b"x" * (10 * 2**20) + b"\n3,c\n"
+  (tmp_path / name).write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+  code, out, err = _audit_cli(capsys, tmp_path / name, "--rounds", "4", "--no-progress")
+  _one_line_error(code, out, err, name, "row 3 (line 4) is 10.0 MiB long", "participation log?")
+  assert "straddl" not in err

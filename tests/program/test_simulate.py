@@ -111,11 +111,19 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
 
 def test_a_run_without_dp_says_so_everywhere(tmp_path, capsys, cache_dir):
   out = tmp_path / "no-dp"
-  args = ["simulate", "--out", str(out), "--no-progress"]
+  args = ["simulate", "--out", str(out)]  # With progress: stderr is not a terminal here.
   for item in TINY + ["noise_multiplier=0"]:
     args += ["--set", item]
   assert cli_main.main(args) == 0
-  text = capsys.readouterr().out
+  captured = capsys.readouterr()
+  text = captured.out
+  # Issue 38 items 1 and 6: off a terminal, plain progress lines with the times and the ETA; a
+  # run without DP says so on them instead of 'epsilon inf'.
+  progress = [line for line in captured.err.splitlines() if line.startswith("rounds ")]
+  assert [line.split("  ")[0] for line in progress] == ["rounds 4/8 done", "rounds 8/8 done"]
+  for line in progress:
+    assert " elapsed " in line and " ETA " in line and " recent " in line, line
+    assert line.endswith("epsilon none (no privacy guarantee)") and "inf" not in line, line
   assert "planned privacy: none (noise multiplier 0 trains without DP" in text
   assert "noise multiplier     0 (no DP: a baseline for comparison)" in text
   assert "privacy (audit)      no privacy guarantee (noise multiplier 0)" in text
