@@ -90,6 +90,19 @@ def test_real_clients_and_noise_are_unchanged_by_canaries(runs):
   assert not (plain / "canaries.npz").exists()
 
 
+def test_canaries_follow_an_adaptive_clip(tmp_path):
+  """With `clip_norm: adaptive` each round's canaries are inserted at that round's ζ_t (issue 36:
+  the canary scale follows ζ), and their projections are normalized by it."""
+  out = tmp_path / "adaptive"
+  _simulate(out, [*CANARIES, "clip_norm=adaptive", "adaptive_clip.initial=0.05"])
+  zeta = [float(r["clip_norm"]) for r in csv.DictReader(open(out / "metrics.csv"))]
+  assert len(set(zeta)) > 1  # ζ moved
+  data = np.load(out / "canaries.npz")
+  # metrics.csv holds 6 significant digits of ζ_t.
+  np.testing.assert_allclose(data["clip_norms"], zeta, rtol=1e-5)
+  assert json.loads((out / "audit.json").read_text())["count_releases"] >= 1
+
+
 def test_audit_reports_measured_privacy_with_the_contract_keys(runs, capsys):
   out = runs / "worst"
   assert cli_main.main(["audit", str(out), "--json", "--strict"]) == 0
