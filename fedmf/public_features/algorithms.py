@@ -71,7 +71,11 @@ def central_statistics(
   noise,
   labels,
 ) -> statistics.Statistics:
-  """What the aggregator releases (Algorithm 8 lines 4-8, here on one machine)."""
+  """What the aggregator releases (Algorithm 8 lines 4-8, here on one machine). Repeated (user,
+  item) rows count once, with their mean label (`Ratings.merged`): the weights and the
+  sensitivity of Thm. 2 assume distinct items per user."""
+  train = Ratings(train.users, train.items, np.asarray(labels, dtype=np.float64)).merged()
+  labels = train.values
   u = users_lib.user_update(
     item_vectors, train.users, train.items, labels, num_users, hyper.reg_user
   )

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 from fedmf import yaml_files
 from fedmf.errors import FedmfUserError
 
-DATA = ("synthetic", "movielens-10m", "movielens-20m")
+DATA = ("synthetic", "movielens-100k", "movielens-1m", "movielens-10m", "movielens-20m")
+DUPLICATES = ("refuse", "mean")
 ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als")
 
 
@@ -32,6 +33,7 @@ class PublicFeaturesConfig:
   federated: bool = False  # True: the statistics are released by TFF clients (Algorithm 8)
   # Data.
   data_dir: str = ""  # MovieLens directory (or --data-dir)
+  duplicates: str = "refuse"  # a user's repeated rating of an item: refuse, or mean (counted once)
   num_users: int = 10000  # synthetic
   num_items: int = 100  # synthetic
   num_people: int = 5000  # synthetic: vocabulary of the wide 'people' feature
@@ -58,6 +60,10 @@ class PublicFeaturesConfig:
   def validate(self) -> "PublicFeaturesConfig":
     if self.data not in DATA:
       raise ConfigError(f"data must be one of {', '.join(DATA)}; got {self.data!r}")
+    if self.duplicates not in DUPLICATES:
+      raise ConfigError(
+        f"duplicates must be one of {', '.join(DUPLICATES)}; got {self.duplicates!r}"
+      )
     if self.algorithm not in ALGORITHMS:
       raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}")
     if not (math.isfinite(self.epsilon) and self.epsilon > 0):

@@ -1,5 +1,5 @@
-"""Datasets with public item features: MovieLens files (ML-10M/1M `::` format, ML-20M/25M CSV
-format), a synthetic two-tower generator, and the two evaluation protocols of the paper's App. E.1.
+"""Datasets with public item features: ratings, features, splits (the two evaluation protocols of
+the paper's App. E.1) and a synthetic two-tower generator (MovieLens files: `movielens.py`).
 
 A dataset holds ratings as parallel arrays (user, item, value) and the public item features as one
 sparse row-normalized "bag" matrix per feature category (univalent features are one-hot; multivalent
@@ -8,8 +8,6 @@ ones are averaged bags of words, App. E.1 "Model Architecture").
 
 from __future__ import annotations
 
-import csv
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +34,42 @@ class Ratings:
 
   def subset(self, mask: np.ndarray) -> Ratings:
     return Ratings(self.users[mask], self.items[mask], self.values[mask])
+
+  def merged(self) -> Ratings:
+    """One row per (user, item) pair, in order of first occurrence, its value the mean of the
+    pair's rows. The statistics are computed on merged ratings: their sensitivity (Thm. 2) holds
+    for distinct items per user only (r copies of one rating would move A by √r·w̄Γ_u²)."""
+    first, inverse = pair_index(self.users, self.items)
+    if first.size == len(self):
+      return self
+    total = np.bincount(inverse, weights=self.values, minlength=first.size)
+    copies = np.bincount(inverse, minlength=first.size)
+    return Ratings(self.users[first], self.items[first], total / copies)
+
+
+def pair_index(users: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(first, inverse): `first` holds the row of each distinct (user, item) pair's first
+  occurrence, in row order; row i is pair `inverse[i]`."""
+  users = np.asarray(users, dtype=np.int64)
+  items = np.asarray(items, dtype=np.int64)
+  if users.size == 0:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64)
+  key = users * (int(items.max()) + 1) + items  # dense 0-based indices: no overflow below 2^63
+  _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+  order = np.argsort(first, kind="stable")  # pairs in order of first occurrence
+  rank = np.empty_like(order)
+  rank[order] = np.arange(order.size)
+  return first[order], rank[inverse.ravel()]
+
+
+def first_repeat(users: np.ndarray, items: np.ndarray) -> tuple[int, int] | None:
+  """(row, earlier row) of the first row repeating an earlier row's (user, item) pair, or None."""
+  first, inverse = pair_index(users, items)
+  if first.size == np.asarray(users).size:
+    return None
+  repeats = np.flatnonzero(first[inverse] != np.arange(inverse.size))
+  row = int(repeats[0])
+  return row, int(first[inverse[row]])
 
 
 @dataclass(frozen=True)
@@ -76,107 +110,6 @@ def bags_from_tokens(tokens: list[list[str]]) -> sparse.csr_matrix:
       vals.append(1.0 / len(row))
   shape = (len(tokens), max(len(vocabulary), 1))
   return sparse.csr_matrix((vals, (rows, cols)), shape=shape, dtype=np.float64)
-
-
-# ---------------------------------------------------------------------------------------------------
-# MovieLens.
-
-_YEAR = re.compile(r"\((\d{4})\)\s*$")
-MOVIELENS_FILES = {
-  "movielens-10m": ("movies.dat", "ratings.dat"),
-  "movielens-20m": ("movies.csv", "ratings.csv"),
-}
-
-
-def _read_lines(path: Path) -> list[str]:
-  raw = path.read_bytes()
-  try:
-    text = raw.decode("utf-8")
-  except UnicodeDecodeError:
-    text = raw.decode("latin-1")  # ML-1M and ML-10M titles are Latin-1.
-  return text.splitlines()
-
-
-def _movie_tokens(title: str, genres: str) -> tuple[list[str], list[str]]:
-  match = _YEAR.search(title.strip())
-  year = [match.group(1) if match else "unknown"]
-  return year, [g for g in genres.strip().split("|") if g] or ["(no genres listed)"]
-
-
-def _parse_movies(path: Path, separated_by_colons: bool) -> dict[int, tuple[list[str], list[str]]]:
-  movies: dict[int, tuple[list[str], list[str]]] = {}
-  lines = _read_lines(path)
-  rows = (line.split("::") for line in lines) if separated_by_colons else csv.reader(lines)
-  for number, row in enumerate(rows, start=1):
-    if not separated_by_colons and number == 1 and row and row[0] == "movieId":
-      continue  # header
-    if not row or (len(row) == 1 and not row[0].strip()):
-      continue
-    if len(row) != 3:
-      raise DataError(f"{path}:{number}: expected movieId, title, genres; got {len(row)} fields")
-    try:
-      movie = int(row[0])
-    except ValueError:
-      raise DataError(f"{path}:{number}: movie id {row[0]!r} is not an integer") from None
-    movies[movie] = _movie_tokens(row[1], row[2])
-  if not movies:
-    raise DataError(f"{path}: no movies")
-  return movies
-
-
-def _parse_ratings(path: Path, separated_by_colons: bool, movies) -> tuple[np.ndarray, ...]:
-  users, items, values = [], [], []
-  lines = _read_lines(path)
-  rows = (line.split("::") for line in lines) if separated_by_colons else csv.reader(lines)
-  for number, row in enumerate(rows, start=1):
-    if not separated_by_colons and number == 1 and row and row[0] == "userId":
-      continue
-    if not row or (len(row) == 1 and not row[0].strip()):
-      continue
-    if len(row) != 4:
-      raise DataError(
-        f"{path}:{number}: expected userId, movieId, rating, timestamp; got {len(row)} fields"
-      )
-    try:
-      user, movie, value = int(row[0]), int(row[1]), float(row[2])
-    except ValueError:
-      raise DataError(f"{path}:{number}: malformed rating row {','.join(row)!r}") from None
-    if not np.isfinite(value):
-      raise DataError(f"{path}:{number}: rating {row[2]!r} is not finite")
-    if movie not in movies:
-      raise DataError(f"{path}:{number}: movie {movie} is not in the movies file")
-    users.append(user)
-    items.append(movie)
-    values.append(value)
-  if not users:
-    raise DataError(f"{path}: no ratings")
-  return np.asarray(users), np.asarray(items), np.asarray(values, dtype=np.float64)
-
-
-def load_movielens(data: str, data_dir: str | Path) -> tuple[Ratings, ItemFeatures, int]:
-  """Ratings (dense indices), features (year, genres) and the number of users of a MovieLens dir."""
-  if data not in MOVIELENS_FILES:
-    raise DataError(f"unknown MovieLens format {data!r}; known: {', '.join(MOVIELENS_FILES)}")
-  directory = Path(data_dir)
-  movies_name, ratings_name = MOVIELENS_FILES[data]
-  missing = [n for n in (movies_name, ratings_name) if not (directory / n).is_file()]
-  if missing:
-    raise DataError(f"{data} data not found: looked for {', '.join(missing)} in {directory}")
-  colons = movies_name.endswith(".dat")
-  movies = _parse_movies(directory / movies_name, colons)
-  raw_users, raw_items, values = _parse_ratings(directory / ratings_name, colons, movies)
-  movie_ids = sorted(movies)
-  item_index = {m: k for k, m in enumerate(movie_ids)}
-  _, users = np.unique(raw_users, return_inverse=True)
-  items = np.fromiter((item_index[m] for m in raw_items.tolist()), np.int64, raw_items.size)
-  features = ItemFeatures(
-    ("year", "genres"),
-    (
-      bags_from_tokens([movies[m][0] for m in movie_ids]),
-      bags_from_tokens([movies[m][1] for m in movie_ids]),
-    ),
-  )
-  return Ratings(users.astype(np.int64), items, values), features, int(users.max()) + 1
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from fedmf import atomic_files
 from fedmf.public_features import accounting
 from fedmf.public_features import algorithms
 from fedmf.public_features import data
+from fedmf.public_features import movielens
 from fedmf.public_features.config import PublicFeaturesConfig
 
 
@@ -35,8 +36,8 @@ def build_dataset(cfg: PublicFeaturesConfig) -> data.Dataset:
     return data.random_split(
       "synthetic", ratings, features, spec.num_users, cfg.test_fraction, rng, cfg.offset
     )
-  ratings, features, num_users = data.load_movielens(cfg.data, cfg.data_dir)
-  if cfg.data == "movielens-10m":
+  ratings, features, num_users = movielens.load(cfg.data, cfg.data_dir, cfg.duplicates)
+  if cfg.data != "movielens-20m":
     return data.random_split(
       cfg.data, ratings, features, num_users, cfg.test_fraction, rng, cfg.offset
     )

@@ -1,4 +1,4 @@
-"""MovieLens formats, splits, the synthetic data, and `fedmf public-features` end to end."""
+"""Splits, the synthetic data, and `fedmf public-features` end to end (readers: test_movielens.py)."""
 
 import json
 import subprocess
@@ -10,88 +10,15 @@ import pytest
 from fedmf.cli import main as cli_main
 from fedmf.public_features import data
 from fedmf.public_features import evaluation
-
-MOVIES_DAT = """1::Toy Story (1995)::Adventure|Animation|Children
-2::Jumanji (1995)::Adventure|Children|Fantasy
-3::Heat (1995)::Action|Crime|Thriller
-4::Some Film (2001)::Drama
-5::No Year::(no genres listed)
-"""
-MOVIES_CSV = """movieId,title,genres
-1,Toy Story (1995),Adventure|Animation|Children
-2,"American President, The (1995)",Comedy|Drama|Romance
-3,Heat (1995),Action|Crime|Thriller
-4,Some Film (2001),Drama
-5,No Year,(no genres listed)
-"""
-
-
-def _ratings(rng, num_users=60, per_user=4):
-  rows = []
-  for user in range(1, num_users + 1):
-    for movie in rng.choice(5, size=per_user, replace=False) + 1:
-      rows.append((user, int(movie), float(rng.integers(1, 11)) / 2, 978300760))
-  return rows
+from tests.public_features import movielens_files as files
 
 
 def write_ml10m(directory, rng):
-  directory.mkdir(parents=True, exist_ok=True)
-  (directory / "movies.dat").write_text(MOVIES_DAT, encoding="latin-1")
-  lines = [f"{u}::{m}::{r:g}::{t}" for u, m, r, t in _ratings(rng)]
-  (directory / "ratings.dat").write_text("\n".join(lines) + "\n")
-  return directory
+  return files.write("movielens-10m", directory, files.random_rows(rng))
 
 
 def write_ml20m(directory, rng):
-  directory.mkdir(parents=True, exist_ok=True)
-  (directory / "movies.csv").write_text(MOVIES_CSV)
-  lines = ["userId,movieId,rating,timestamp"] + [f"{u},{m},{r},{t}" for u, m, r, t in _ratings(rng)]
-  (directory / "ratings.csv").write_text("\n".join(lines) + "\n")
-  return directory
-
-
-def test_ml10m_format_is_parsed_with_year_and_genre_features(tmp_path):
-  ratings, features, num_users = data.load_movielens(
-    "movielens-10m", write_ml10m(tmp_path, np.random.default_rng(0))
-  )
-  assert num_users == 60 and len(ratings) == 240
-  assert features.names == ("year", "genres")
-  year, genres = features.bags
-  assert year.shape == (5, 3)  # vocabulary 1995, 2001, unknown (the title without a year)
-  np.testing.assert_allclose(np.asarray(genres.sum(axis=1)).ravel(), 1.0)  # averaged bags
-  # Toy Story has three genres, each weighted 1/3.
-  np.testing.assert_allclose(sorted(genres[0].data), [1 / 3] * 3)
-  assert set(np.unique(ratings.values)) <= {k / 2 for k in range(1, 11)}
-
-
-def test_ml20m_csv_with_quoted_titles_matches_the_same_movies(tmp_path):
-  ratings, features, _ = data.load_movielens(
-    "movielens-20m", write_ml20m(tmp_path, np.random.default_rng(0))
-  )
-  assert features.num_items == 5 and len(ratings) == 240
-  assert features.bags[0].shape[1] == 3  # 1995, 2001, unknown
-
-
-@pytest.mark.parametrize(
-  "bad_line, message",
-  [
-    ("7::1::x::0", "malformed rating row"),
-    ("7::99::4::0", "movie 99 is not in"),
-    ("7::1::4", "got 3"),
-  ],
-)
-def test_malformed_rating_rows_name_file_and_line(tmp_path, bad_line, message):
-  directory = write_ml10m(tmp_path, np.random.default_rng(0))
-  with open(directory / "ratings.dat", "a") as f:
-    f.write(bad_line + "\n")
-  with pytest.raises(data.DataError, match=message) as e:
-    data.load_movielens("movielens-10m", directory)
-  assert "ratings.dat:241" in str(e.value)
-
-
-def test_missing_directory_names_the_files_looked_for(tmp_path):
-  with pytest.raises(data.DataError, match="looked for movies.csv, ratings.csv"):
-    data.load_movielens("movielens-20m", tmp_path / "absent")
+  return files.write("movielens-20m", directory, files.random_rows(rng))
 
 
 def test_heldout_user_split_trains_on_the_top_items_only():
@@ -214,7 +141,11 @@ def test_malformed_data_file_is_exit_2(tmp_path, capsys):
     ],
     capsys,
   )
-  assert code == 2 and "malformed rating row" in err and len(err.strip().splitlines()) == 1
+  assert (
+    code == 2
+    and "ratings.dat:1: rating 'five' is not a number" in err
+    and len(err.strip().splitlines()) == 1
+  )
 
 
 def test_help_does_not_import_the_work():
