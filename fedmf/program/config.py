@@ -20,18 +20,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import os
 import types
 import typing
 from typing import Any, Mapping, Optional, Sequence
 
+from fedmf import config_parse
 from fedmf import yaml_files
+from fedmf.config_parse import ConfigError
+from fedmf.config_parse import shown
 from fedmf.errors import FedmfUserError
 from fedmf.participation import ParticipationConfig
 from fedmf.program.config_sections import (
   MECHANISMS,
-  ConfigError,
   PlatformConfig,
   PrivacyConfig,
   ProgramConfig,
@@ -39,10 +40,9 @@ from fedmf.program.config_sections import (
   TaskConfig,
   WorkersValue,
   at_least,
-  shown,
 )
 
-__all__ = ["ConfigError", "TrainingConfig", "config_from_dict", "load_config"]
+__all__ = ["TrainingConfig", "config_from_dict", "load_config"]
 
 # Keys that say where a run executes, not what it computes (the model is bit-identical whatever
 # they are): a resumed run may change them. (clients_per_call fixes the float sums: it may not.)
@@ -321,58 +321,19 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     if not isinstance(value, Mapping):
       raise ConfigError(f"{key} must be a section of keys, got {shown(value)}")
     return _build(annotation, value, prefix=f"{key}.")
-  if annotation is bool:
-    if isinstance(value, bool):
-      return value
-    raise ConfigError(f"{key} must be true or false, got {shown(value)}")
-  if annotation is int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ConfigError(f"{key} must be an integer, got {shown(value)}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-      raise ConfigError(f"{key} must be an integer, got {shown(value)}")
-    return int(value)
-  if annotation is float:
-    if isinstance(value, str):  # YAML 1.1 reads '1e-8' (no dot) as a string.
-      try:
-        value = float(value)
-      except ValueError:
-        raise ConfigError(f"{key} must be a number, got {shown(value)}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ConfigError(f"{key} must be a number, got {shown(value)}")
-    value = float(value)
-    if not math.isfinite(value):
-      raise ConfigError(f"{key} must be finite, got {shown(value)}")
-    return value
-  if annotation is str:
-    if not isinstance(value, str):
-      raise ConfigError(f"{key} must be a string, got {shown(value)}")
-    return value
+  if annotation in (bool, int, float, str):
+    return config_parse.coerce(key, value, annotation)
   raise TypeError(f"unsupported config type {annotation!r} for {key}")
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-  """'participation.min_sep=20' -> (['participation', 'min_sep'], 20); values are YAML scalars."""
-  import yaml  # pylint: disable=g-import-not-at-top
-
-  key, sep, raw = text.partition("=")
-  if not sep or not key.strip():
-    raise ConfigError(f"--set expects KEY=VALUE, got {text!r}")
-  try:
-    value = yaml.safe_load(raw) if raw.strip() else None
-  except yaml.YAMLError:
-    value = raw
-  if isinstance(value, dict) or isinstance(value, list) and key.strip() != "workers":
-    raise ConfigError(f"--set {key}: expected a single value, got {raw!r}")
-  return key.strip().split("."), value
 
 
 def apply_overrides(obj: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
   """The nested form of a raw config mapping with every dotted `KEY=VALUE` override applied (a
-  key by its flat name or inside its section: `delta=1e-8` and `privacy.delta=1e-8` are one key)."""
+  key by its flat name or inside its section: `delta=1e-8` and `privacy.delta=1e-8` are one key,
+  and giving it twice is refused; `fedmf.config_parse` has the rules)."""
   out = json.loads(json.dumps(nested(obj)))
-  for text in overrides:
-    written, value = parse_override(text)
-    path = _canonical_path(written)
+  for written, path, value in config_parse.parse_overrides(
+    overrides, _canonical_path, list_keys=("workers",)
+  ):
     node = out
     for part in path[:-1]:
       child = node.get(part)

@@ -33,7 +33,8 @@ from fedmf.mf import strategies
 from fedmf.participation import Cohort
 from fedmf.program import plan as plan_lib
 from fedmf.program import server as server_lib
-from fedmf.program.config import ConfigError, TrainingConfig
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import TrainingConfig
 from fedmf.program.meter import PrivacyMeter
 from fedmf.errors import FedmfUserError
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from fedmf.program.config import ConfigError, config_from_dict, load_config
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import config_from_dict, load_config
 
 FLAT = """\
 task: synthetic
