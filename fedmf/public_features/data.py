@@ -74,7 +74,8 @@ def first_repeat(users: np.ndarray, items: np.ndarray) -> tuple[int, int] | None
 
 @dataclass(frozen=True)
 class ItemFeatures:
-  """Public features: per category a (num_items x vocabulary) CSR matrix whose rows sum to 1."""
+  """Public features: per category a (num_items x vocabulary) CSR matrix whose rows sum to 1 (a
+  row of zeros: an item without that feature)."""
 
   names: tuple[str, ...]
   bags: tuple[sparse.csr_matrix, ...]
@@ -83,19 +84,35 @@ class ItemFeatures:
   def num_items(self) -> int:
     return int(self.bags[0].shape[0])
 
+  def with_item_ids(self) -> ItemFeatures:
+    """These features and one more category, the item's id (one-hot): the paper's id and
+    features+id variants (Fig. 2), letting the encoder learn what the features do not say."""
+    ids = sparse.identity(self.num_items, dtype=np.float64, format="csr")
+    return ItemFeatures((*self.names, "id"), (*self.bags, ids))
+
+
+@dataclass(frozen=True)
+class Heldout:
+  """Ratings to evaluate on. `history` (the 'recall' protocol only): the held-out users' other
+  ratings, from which each computes their embedding (UserUpdate) before `target` is ranked."""
+
+  target: Ratings
+  history: Ratings | None = None
+
 
 @dataclass(frozen=True)
 class Dataset:
-  """A split dataset. protocol 'rmse': random split of ratings (ML10M, App. E.1); 'recall': held-out
-  users whose ratings are split into history (for their UserUpdate) and target (Recall@20)."""
+  """A split dataset. protocol 'rmse': ratings split at random into train, validation and test
+  (ML10M, App. E.1); 'recall': held-out users (validation and test) whose ratings are split into
+  history and target (ML20M, Recall@20)."""
 
   name: str
   num_users: int
   features: ItemFeatures
   train: Ratings
-  test: Ratings
+  validation: Heldout
+  test: Heldout
   protocol: str = "rmse"
-  history: Ratings | None = None  # 'recall' only: held-out users' 80% history
   rating_offset: float = 0.0  # subtracted from ratings before training (a public constant)
 
 
@@ -121,20 +138,23 @@ def random_split(
   ratings: Ratings,
   features: ItemFeatures,
   num_users: int,
+  validation_fraction: float,
   test_fraction: float,
   rng,
   rating_offset: float,
 ) -> Dataset:
-  """The ML10M protocol: ratings split at random; metric RMSE on the test ratings."""
-  test = rng.random(len(ratings)) < test_fraction
+  """The ML10M protocol: ratings split at random into train, validation and test; RMSE."""
+  draw = rng.random(len(ratings))
+  test = draw < test_fraction
+  validation = ~test & (draw < test_fraction + validation_fraction)
   return Dataset(
     name,
     num_users,
     features,
-    ratings.subset(~test),
-    ratings.subset(test),
+    ratings.subset(~test & ~validation),
+    Heldout(ratings.subset(validation)),
+    Heldout(ratings.subset(test)),
     "rmse",
-    None,
     rating_offset,
   )
 
@@ -150,27 +170,34 @@ def heldout_user_split(
   top_item_fraction: float = 0.1,
   history_fraction: float = 0.8,
 ) -> Dataset:
-  """The ML20M protocol: training on the other users' ratings of the 10% most frequent movies;
-  each held-out user's ratings split 80/20 into history and target (Recall@20 excludes history)."""
-  heldout_users = rng.random(num_users) < heldout_fraction
-  if not heldout_users.any() or heldout_users.all():
+  """The ML20M protocol: `heldout_fraction` of the users held out for test and as many for
+  validation; training on the other users' ratings of the 10% most frequent movies; each held-out
+  user's ratings split 80/20 into history and target (Recall@20 excludes the history)."""
+  draw = rng.random(num_users)
+  test_users = draw < heldout_fraction
+  validation_users = ~test_users & (draw < 2 * heldout_fraction)
+  if not test_users.any() or not validation_users.any() or (test_users | validation_users).all():
     raise DataError("the held-out user split is empty; use more users or change heldout_users")
   counts = np.bincount(ratings.items, minlength=features.num_items)
   keep = max(1, round(top_item_fraction * features.num_items))
   top_items = np.zeros(features.num_items, dtype=bool)
   top_items[np.argsort(-counts, kind="stable")[:keep]] = True
-  in_heldout = heldout_users[ratings.users]
-  train = ratings.subset(~in_heldout & top_items[ratings.items])
-  heldout = ratings.subset(in_heldout)
-  is_history = rng.random(len(heldout)) < history_fraction
+  heldout = test_users[ratings.users] | validation_users[ratings.users]
+  train = ratings.subset(~heldout & top_items[ratings.items])
+  is_history = rng.random(len(ratings)) < history_fraction
+
+  def part(users: np.ndarray) -> Heldout:
+    mine = users[ratings.users]
+    return Heldout(ratings.subset(mine & ~is_history), ratings.subset(mine & is_history))
+
   return Dataset(
     name,
     num_users,
     features,
     train,
-    heldout.subset(~is_history),
+    part(validation_users),
+    part(test_users),
     "recall",
-    heldout.subset(is_history),
     rating_offset,
   )
 
@@ -191,11 +218,14 @@ class SyntheticSpec:
   mean_ratings_per_user: float = 25.0
   item_residual: float = 0.3  # item-specific part of the true item vector, beyond its features
   label_noise: float = 0.3
+  user_bias: float = 0.3  # std of the true user biases
+  item_bias: float = 0.3  # std of the true item biases (features and an item-specific part)
 
 
 def synthetic_ratings(spec: SyntheticSpec, rng) -> tuple[Ratings, ItemFeatures]:
-  """Zipfian items, log-normal user counts, labels u*·v* + noise where v* is mostly a function of
-  the item's public features (year, 1-3 genres), so a feature encoder can learn tail items."""
+  """Zipfian items, log-normal user counts, labels u*·v* + c*_k + e*_j + noise where v* and half
+  of the item bias e* are functions of the item's public features (year, 1-3 genres, people), so a
+  feature encoder can learn tail items."""
   years = rng.integers(spec.num_years, size=spec.num_items)
   genre_lists = [
     sorted(rng.choice(spec.num_genres, size=rng.integers(1, 4), replace=False).tolist())
@@ -241,4 +271,11 @@ def synthetic_ratings(spec: SyntheticSpec, rng) -> tuple[Ratings, ItemFeatures]:
   users_arr, items_arr = np.concatenate(users), np.concatenate(items)
   values = np.einsum("nd,nd->n", true_users[users_arr], true_items[items_arr])
   values += rng.normal(0.0, spec.label_noise, values.shape)
+  # Biases (drawn last, so the rest of the data is that of the generator without them): the
+  # item's half from its genres (public), half item-specific; the user's own.
+  genre_bias = rng.normal(0.0, spec.item_bias / np.sqrt(2), spec.num_genres)
+  item_bias = np.array([genre_bias[gs].mean() for gs in genre_lists])
+  item_bias += rng.normal(0.0, spec.item_bias / np.sqrt(2), spec.num_items)
+  user_bias = rng.normal(0.0, spec.user_bias, spec.num_users)
+  values += item_bias[items_arr] + user_bias[users_arr]
   return Ratings(users_arr.astype(np.int64), items_arr.astype(np.int64), values), features

@@ -7,7 +7,8 @@ accountant calibrates to: √max_items_per_user for the counts, w̄Γ_u² for A 
 (Public features Thm. 2, proof in App. B.2), twice those for a replacement (remove, then add).
 
 The rating sets include repeated (user, item) rows, users with one rating, users at and above the
-per-user cap, items nobody rated and items whose public features are empty (a zero item vector).
+per-user cap, items nobody rated and items whose public features are empty (a zero item vector),
+with and without biases (the user side [Clip(u), β]: the sensitivities use sqrt(Γ_u² + β²)).
 A repeated row used to enter A and b once per copy while the weights assumed distinct items
 (issue 34: r copies moved A by √r·w̄Γ_u²); this test found that.
 """
@@ -41,18 +42,22 @@ def releases(draw):
   rows = draw(rows_of(list(range(num_users))))
   user = draw(hs.integers(0, num_users - 1))
   replacement = draw(rows_of([user]))
-  # Item vectors as the encoder releases them; a zero row is an item without public features.
+  biases = draw(hs.booleans())
+  # The released item side (v_j, and e_j with biases); a zero row: an item without features.
   coordinate = hs.one_of(hs.just(0.0), hs.floats(-3.0, 3.0, allow_nan=False))
-  item_vectors = draw(hnp.arrays(np.float64, (num_items, dim), elements=coordinate))
+  item_side = draw(hnp.arrays(np.float64, (num_items, dim + biases), elements=coordinate))
   counts = draw(hnp.arrays(np.float64, num_items, elements=hs.floats(1.0, 50.0)))
   hyper = algorithms.Hyperparameters(
     dim=dim,
     reg_user=draw(hs.floats(0.01, 3.0)),
+    reg_user_bias=draw(hs.floats(0.01, 3.0)),
     clip_user=draw(hs.floats(0.1, 3.0)),
     clip_label=draw(hs.floats(0.1, 5.0)),
     max_items_per_user=draw(hs.integers(1, 4)),
+    biases=biases,
+    bias_scale=draw(hs.floats(0.1, 3.0)),
   )
-  return num_users, num_items, rows, user, replacement, item_vectors, counts, hyper
+  return num_users, num_items, rows, user, replacement, item_side, counts, hyper
 
 
 def _ratings(rows) -> Ratings:
@@ -64,8 +69,8 @@ def _ratings(rows) -> Ratings:
 def _released(rows, num_users, num_items, item_vectors, counts, hyper, seed=5):
   """(count vector, A, b) without noise, through the release code."""
   train = _ratings(rows)
-  dim = item_vectors.shape[1]
-  zero = statistics.Statistics(np.zeros((num_items, dim, dim)), np.zeros((num_items, dim)))
+  width = item_vectors.shape[1]
+  zero = statistics.Statistics(np.zeros((num_items, width, width)), np.zeros((num_items, width)))
   no_noise = np.random.default_rng(0)
   exact_counts = algorithms.central_counts(
     train, num_items, hyper.max_items_per_user, 0.0, seed, no_noise
@@ -82,7 +87,7 @@ def test_one_users_whole_data_moves_counts_a_and_b_by_at_most_the_accounted_sens
   num_users, num_items, rows, user, replacement, item_vectors, counts, hyper = case
   before = _released(rows, num_users, num_items, item_vectors, counts, hyper)
   others = [r for r in rows if r[0] != user]
-  s_a, s_b = statistics.sensitivities(1.0, hyper.clip_user, hyper.clip_label)
+  s_a, s_b = statistics.sensitivities(1.0, hyper.clip_user, hyper.clip_label, hyper.user_bias_scale)
   s_counts = np.sqrt(hyper.max_items_per_user)
   for neighbour, factor in ((others, 1.0), (others + replacement, 2.0)):
     after = _released(neighbour, num_users, num_items, item_vectors, counts, hyper)
