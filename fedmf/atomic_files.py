@@ -51,6 +51,18 @@ def fsync_directory(directory: PathLike) -> None:
     os.close(fd)
 
 
+def fsync_path(path: PathLike) -> None:
+  """Makes a file written by someone else's code durable: its data and its directory entry (it
+  may have been renamed into place)."""
+  path = Path(path)
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+  fsync_directory(path.parent)
+
+
 def _open(tmp: Path, binary: bool, mode: Optional[int], encoding: str, newline: Optional[str]):
   if mode is None:
     return open(tmp, "wb") if binary else open(tmp, "w", encoding=encoding, newline=newline)

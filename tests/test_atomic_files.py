@@ -97,3 +97,22 @@ def test_journal_writes_its_header_once_and_appends(tmp_path):
   j.append("1,bb\n")
   j.close()
   assert path.read_text() == "round,sha256\n0,aa\n1,bb\n"
+
+
+def test_fsync_path_syncs_the_file_and_its_directory(tmp_path, monkeypatch):
+  import stat
+
+  path = tmp_path / "metrics.csv"
+  path.write_text("round\n0\n")
+  synced = []
+  real = os.fsync
+
+  def recording(fd):
+    synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+    real(fd)
+
+  monkeypatch.setattr(os, "fsync", recording)
+  atomic_files.fsync_path(path)
+  assert synced == [False, True]  # The file's data, then the directory entry (a rename).
+  with pytest.raises(FileNotFoundError):
+    atomic_files.fsync_path(tmp_path / "missing.csv")

@@ -9,15 +9,15 @@ guard). Both run every line of the round loop here:
 
   `start`        config.json, plan.json, strategy.json and the plan in words
   `run_rounds`   for r in [the run's round, rounds): draw the cohort (the data source iterator) →
-                 budget guard → train the round → journal → evaluate → checkpoint → participation
-                 log → release the metrics → release the model → progress; then the final model
+                 budget guard → train the round → journal → evaluate → participation log →
+                 release the metrics → release the model → checkpoint → progress; then the final
+                 model (every record of a round is durable before the checkpoint that covers it)
   `finish`       the audit of the whole participation log, the report and summary.json
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from pathlib import Path
@@ -147,21 +147,30 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
     done = r + 1
     if loop.is_eval_round(c, r):
       accuracy = loop.evaluate(run, record)["accuracy"]
+    # Round r's records, each durable when written, go BEFORE the checkpoint that covers round r:
+    # a crash after that checkpoint resumes from round r + 1 and never writes round r again, so a
+    # record written after it could be lost for good (the participation log's rows: the audit
+    # would under-count those devices; metrics.csv: the audit counts its rows as the rounds run).
+    # A crash before the checkpoint is safe: resume truncates the logs to the checkpoint and
+    # recomputes the rounds after it identically (the journal checks that).
     checkpoint = done % c.program.checkpoint_every == 0 or done == c.program.rounds
-    if checkpoint:
-      await program.checkpoints.save(run, done)
-      last_saved = done
     program.participation_log.write_round(r, ids)
     for manager in program.metrics_managers:
       await manager.release(metrics_value(record), r)
     if checkpoint and done < c.program.rounds:
       await program.model_manager.release(run.server.weights, done)
+    if checkpoint:
+      await program.checkpoints.save(run, done)
+      last_saved = done
     records.append(record)
     program.progress.update(r, _progress_fields(run, records, accuracy))
-  if stopped_by_budget or run.server.round < c.program.rounds:
-    # The state of the last completed round, so a rerun does not redo released rounds.
-    with contextlib.suppress(Exception):
-      await program.checkpoints.save(run, run.server.round)
+  if run.server.round != last_saved:
+    # A budget stop between checkpoints: the state of the last completed round, so a rerun does
+    # not redo released rounds. Not when that round's checkpoint exists (a stop right after a
+    # checkpoint round, or at once on resume): saving a version twice raises. Anything else that
+    # fails here (a full disk, a permission) surfaces: the run is then unfinished and a rerun
+    # resumes from the last checkpoint, recomputing the same rounds.
+    await program.checkpoints.save(run, run.server.round)
   await program.model_manager.release(run.server.weights, "final")
   return Rounds(records, stopped_by_budget)
 

@@ -87,6 +87,22 @@ class ModelReleaseManager:
       np.savez(f, *[np.asarray(w) for w in value])
 
 
+class FsyncedRelease:
+  """A release manager whose releases are on disk when `release` returns: the inner manager's
+  file is fsynced after each release (TFF's `CSVFileReleaseManager` appends without fsync, or
+  rewrites through a temporary file and a rename). The program logic writes a round's metrics
+  before the checkpoint that covers the round, and the audit counts metrics.csv's rows as the
+  rounds run: a power loss must not keep the checkpoint and lose the row."""
+
+  def __init__(self, inner, path: Path):
+    self.inner = inner
+    self.path = Path(path)
+
+  async def release(self, value, key) -> None:
+    await self.inner.release(value, key)
+    atomic_files.fsync_path(self.path)
+
+
 class ReleaseJournal:
   """(round, sha256 of the noisy aggregate) of every released round; fsynced appends."""
 
@@ -333,8 +349,11 @@ def _run_program(
   config = run.config
   participation_log.truncate_csv_by_round(root / "metrics.csv", version)
   metrics = (
-    tff.program.CSVFileReleaseManager(
-      str(root / "metrics.csv"), save_mode=tff.program.CSVSaveMode.APPEND, key_fieldname="round"
+    FsyncedRelease(
+      tff.program.CSVFileReleaseManager(
+        str(root / "metrics.csv"), save_mode=tff.program.CSVSaveMode.APPEND, key_fieldname="round"
+      ),
+      root / "metrics.csv",
     ),
     tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
   )

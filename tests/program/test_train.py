@@ -16,6 +16,7 @@ import pytest
 from fedmf.cli import main as cli_main
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import accounting
+from fedmf.program.train import JOURNAL as JOURNAL_NAME
 
 TINY = [
   "num_clients=60",
@@ -160,25 +161,51 @@ def test_local_workers_give_the_in_process_model_bit_for_bit(tmp_path, capsys):
   assert not _worker_pids() - before  # Every worker the program started is gone.
 
 
-def test_budget_guard_stops_at_the_last_round_within_the_budget(tmp_path, capsys):
+def test_budget_guard_stops_at_the_last_round_within_the_budget(tmp_path, capsys, monkeypatch):
+  from fedmf.program import train
+
   budget = 3.0
   root = tmp_path / "budget"
-  code = cli_main.main(
-    _args(
-      root,
-      [
-        "rounds=30",
-        "noise_multiplier=2.0",
-        "participation.min_sep=2",
-        "checkpoint_every=5",
-        f"budget.epsilon={budget}",
-        "reference_clients_per_round=null",
-      ],
-    )
+  args = _args(
+    root,
+    [
+      "rounds=30",
+      "noise_multiplier=2.0",
+      "participation.min_sep=2",
+      "checkpoint_every=5",
+      f"budget.epsilon={budget}",
+      "reference_clients_per_round=null",
+    ],
   )
-  assert code == 0, capsys.readouterr().err
+  # The checkpoint saved after the budget stop (between checkpoints) fails, as on a full disk:
+  # the error surfaces (it was swallowed), the run stays unfinished, and a rerun resumes from the
+  # last checkpoint to the same stop.
+  original = train.FileCheckpoints.save
+  saved = []
+
+  async def save_or_fail(self, run, version):
+    if version % 5:
+      raise OSError(28, "No space left on device")
+    saved.append(version)
+    await original(self, run, version)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(train.FileCheckpoints, "save", save_or_fail)
+    with pytest.raises(OSError, match="No space left"):
+      cli_main.main(args)
+  assert json.loads((root / "run.json").read_text())["state"] == "running"
+  capsys.readouterr()
+  assert cli_main.main(args) == 0, capsys.readouterr().err
   summary = json.loads((root / "summary.json").read_text())
   assert summary["stopped_by_budget"]
+  assert summary["rounds_completed"] % 5, "the stop must fall between checkpoints (change them)"
+  assert saved[-1] == summary["rounds_completed"] // 5 * 5
+  # A rerun of the finished ROOT stops at once, with the same numbers.
+  assert cli_main.main(args) == 0, capsys.readouterr().err
+  assert (
+    json.loads((root / "summary.json").read_text())["rounds_completed"]
+    == summary["rounds_completed"]
+  )
   assert 0 <= summary["final_test_accuracy"] <= 1  # The released final model, evaluated.
   done = summary["rounds_completed"]
   assert 0 < done < 30
@@ -238,3 +265,102 @@ def test_released_rounds_without_state_and_other_configs_are_refused(tmp_path, c
   assert cli_main.main(_args(root, ["rounds=2", "target_epsilon=8"])) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "released rounds but no checkpoint" in err[0]
+
+
+class _Crash(BaseException):
+  """A crash at a chosen point: no fedmf code catches it (it is not an Exception), so the program
+  stops there with its files as a SIGKILL would leave them (every write before it completed)."""
+
+
+def _crash_after(monkeypatch, owner, name, when):
+  """Wraps `owner.name` (sync or async) so that it raises `_Crash` right after the call for which
+  `when(*args)` is true; returns a list that records the crash."""
+  import inspect
+
+  original = getattr(owner, name)
+  crashed = []
+
+  def check(args):
+    if not crashed and when(*args):
+      crashed.append(args)
+      raise _Crash()
+
+  if inspect.iscoroutinefunction(original):
+
+    async def wrapper(self, *args):
+      await original(self, *args)
+      check(args)
+
+  else:
+
+    def wrapper(self, *args):
+      original(self, *args)
+      check(args)
+
+  monkeypatch.setattr(owner, name, wrapper)
+  return crashed
+
+
+def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_round(
+  tmp_path, monkeypatch, capsys
+):
+  """Item 0 of issue 38: the program stops right after one step of a round (deterministically, not
+  at a random moment), is rerun, and must end with the uninterrupted run's logs. The first crash
+  lands right after the checkpoint that covers round 4: a participation log written after the
+  checkpoint would miss round 4 for good (resume truncates the log to the checkpoint and goes on
+  from round 5), and its audit would under-count those devices' participations."""
+  import tensorflow_federated as tff
+
+  from fedmf.privacy import log_journal
+  from fedmf.program import train
+
+  extra = ["rounds=9", "checkpoint_every=5"]
+  reference = tmp_path / "reference"
+  assert cli_main.main(_args(reference, extra)) == 0, capsys.readouterr().err
+  root = tmp_path / "crashed"
+  crash_points = [
+    # The checkpoint (version 5) that covers round 4.
+    (train.FileCheckpoints, "save", lambda run, version: version == 5),
+    # Round 6's participation rows, before its metrics (resumed from version 5).
+    (log_journal.AppendableParticipationLog, "write_round", lambda r, ids: r == 6),
+    # Round 7's metrics, before the final checkpoint.
+    (tff.program.CSVFileReleaseManager, "release", lambda value, key: key == 7),
+  ]
+  for owner, name, when in crash_points:
+    with monkeypatch.context() as patch:
+      crashed = _crash_after(patch, owner, name, when)
+      with pytest.raises(_Crash):
+        cli_main.main(_args(root, extra))
+      assert crashed
+    capsys.readouterr()
+  assert cli_main.main(_args(root, extra)) == 0, capsys.readouterr().err
+  assert "resuming" in capsys.readouterr().out
+  assert (root / "participation.csv").read_text() == (reference / "participation.csv").read_text()
+  logged = {int(row["round"]) for row in csv.DictReader(open(root / "participation.csv"))}
+  assert logged == set(range(9))  # Every released round, each with its devices.
+  assert _metric_rows(root) == _metric_rows(reference)
+  assert (root / JOURNAL_NAME).read_text() == (reference / JOURNAL_NAME).read_text()
+  for a, b in zip(_weights(reference), _weights(root)):
+    np.testing.assert_array_equal(a, b)
+  releases = sorted(p.name for p in (root / "release").iterdir())
+  assert releases == sorted(p.name for p in (reference / "release").iterdir())
+  audit, expected = (json.loads((d / "audit.json").read_text()) for d in (root, reference))
+  assert audit["epsilon"] == expected["epsilon"]
+  assert audit["observed_max_participations"] == expected["observed_max_participations"]
+
+
+def test_metrics_releases_are_on_disk_when_release_returns(tmp_path, monkeypatch):
+  """metrics.csv's row of a round is fsynced before the program goes on to the checkpoint."""
+  import asyncio
+
+  from fedmf.program import train
+
+  events = []
+
+  class Inner:
+    async def release(self, value, key):
+      events.append(("release", key))
+
+  monkeypatch.setattr(train.atomic_files, "fsync_path", lambda p: events.append(("fsync", p.name)))
+  asyncio.run(train.FsyncedRelease(Inner(), tmp_path / "metrics.csv").release({"loss": 1.0}, 3))
+  assert events == [("release", 3), ("fsync", "metrics.csv")]
