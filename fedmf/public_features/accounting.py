@@ -41,7 +41,15 @@ class SspBudget:
   outer_steps: int
   count_fraction: float
   count_noise_multiplier: float  # σ_c: count noise std / √max_items_per_user
-  stats_noise_multiplier: float  # σ: noise std of A / (w̄ Γ̃²), of b / (w̄ Γ̃ Γ_y)
+  # σ_s of outer step s: noise std of A / (w̄ Γ̃²) and of b / (w̄ Γ̃ Γ_y)
+  stats_noise_multipliers: tuple[float, ...] = ()
+
+  @property
+  def stats_noise_multiplier(self) -> float:
+    """σ of every outer step (the paper's SSP2: one σ); refused when the steps differ."""
+    if len(set(self.stats_noise_multipliers)) != 1:
+      raise ValueError("the outer steps have different noise: see stats_noise_multipliers")
+    return self.stats_noise_multipliers[0]
 
   @property
   def counts(self) -> bool:
@@ -51,10 +59,11 @@ class SspBudget:
   @property
   def mu(self) -> float:
     """μ of the single Gaussian equivalent to the whole run (inf without noise)."""
-    if self.stats_noise_multiplier == 0 or (self.counts and self.count_noise_multiplier == 0):
+    sigmas = self.stats_noise_multipliers
+    if 0 in sigmas or (self.counts and self.count_noise_multiplier == 0):
       return math.inf
     counts = self.count_noise_multiplier**-2 if self.counts else 0.0
-    return math.sqrt(counts + 2 * self.outer_steps * self.stats_noise_multiplier**-2)
+    return math.sqrt(counts + sum(2 * s**-2 for s in sigmas))
 
 
 def count_noise_multiplier(epsilon: float, delta: float, count_fraction: float) -> float:
@@ -66,37 +75,50 @@ def count_noise_multiplier(epsilon: float, delta: float, count_fraction: float) 
 
 
 def calibrate_ssp(
-  epsilon: float, delta: float, outer_steps: int, count_fraction: float = 0.1
+  epsilon: float,
+  delta: float,
+  outer_steps: int,
+  count_fraction: float = 0.1,
+  last_step_weight: float = 1.0,
 ) -> SspBudget:
   """Noise multipliers reaching exactly (ε, δ) user-level DP for the whole run. `count_fraction`
-  0: no count release (uniform weights), every statistics release gets ρ / 2S."""
+  0: no count release (uniform weights), the statistics get all of ρ. `last_step_weight` ω: the
+  last outer step's releases get ω times the share of ρ of each earlier step's (1: the paper's
+  SSP2, one σ; the earlier steps only give the users a model to fit their embeddings against,
+  while the last step's statistics make the released item model)."""
   if not 0.0 <= count_fraction < 1.0:
     raise ValueError(f"count_fraction must be in [0, 1), got {count_fraction!r}")
   if outer_steps < 1:
     raise ValueError(f"outer_steps must be >= 1, got {outer_steps!r}")
+  if not (math.isfinite(last_step_weight) and last_step_weight > 0):
+    raise ValueError(f"last_step_weight must be a finite number > 0, got {last_step_weight!r}")
   delta = base_accounting.validate_delta(delta)
   if math.isinf(epsilon) and epsilon > 0:
-    return SspBudget(epsilon, delta, outer_steps, count_fraction, 0.0, 0.0)
+    return SspBudget(epsilon, delta, outer_steps, count_fraction, 0.0, (0.0,) * outer_steps)
   epsilon = base_accounting.validate_epsilon(epsilon)
   mu = base_accounting.gaussian_mu_for_epsilon(epsilon, delta)
-  # Split ρ = μ²/2: the counts get count_fraction of it, each of the 2S releases an equal share.
+  # Split ρ = μ²/2: the counts get count_fraction of it; step s gets a share of the rest,
+  # halved between its A and b releases (a Gaussian release of ρ_r has σ = 1/sqrt(2 ρ_r)).
   count_sigma = 1.0 / (mu * math.sqrt(count_fraction)) if count_fraction else math.inf
-  stats_sigma = math.sqrt(2 * outer_steps) / (mu * math.sqrt(1.0 - count_fraction))
-  return SspBudget(epsilon, delta, outer_steps, count_fraction, count_sigma, stats_sigma)
+  shares = [1.0] * (outer_steps - 1) + [last_step_weight]
+  rho_stats = (1.0 - count_fraction) * mu**2 / 2
+  sigmas = tuple(1.0 / math.sqrt(rho_stats * w / sum(shares)) for w in shares)
+  return SspBudget(epsilon, delta, outer_steps, count_fraction, count_sigma, sigmas)
 
 
 def ssp_event(budget: SspBudget):
-  """The dp_accounting event of a whole SSP run: counts (if released), then 2S statistics
-  releases."""
+  """The dp_accounting event of a whole SSP run: counts (if released), then each outer step's two
+  statistics releases."""
   import dp_accounting  # pylint: disable=g-import-not-at-top
 
-  stats = dp_accounting.SelfComposedDpEvent(
-    dp_accounting.GaussianDpEvent(budget.stats_noise_multiplier), 2 * budget.outer_steps
-  )
+  stats = [
+    dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), 2)
+    for sigma in budget.stats_noise_multipliers
+  ]
   if not budget.counts:
-    return stats
+    return dp_accounting.ComposedDpEvent(stats)
   return dp_accounting.ComposedDpEvent(
-    [dp_accounting.GaussianDpEvent(budget.count_noise_multiplier), stats]
+    [dp_accounting.GaussianDpEvent(budget.count_noise_multiplier), *stats]
   )
 
 

@@ -38,7 +38,8 @@ STATISTICS_ALGORITHMS = ("am-ssp", "dp-als", "dp-bias")  # those that release A 
 class Hyperparameters:
   dim: int = 8
   outer_steps: int = 3  # S of Algorithm 1
-  item_steps: int = 50  # T: L-BFGS iterations (SSP) or DP-SGD steps per outer step
+  item_steps: int = 50  # T of SSP: L-BFGS iterations per outer step
+  dpsgd_steps: int = 20  # T of AM-DPSGD: DP-SGD steps per outer step
   reg_user: float = 1.0  # λ_u of the UserUpdate
   reg_user_bias: float = 1.0  # λ_c on each user's own bias
   reg_item: float = 10.0  # λ_v on the item embeddings (and item biases)
@@ -50,9 +51,10 @@ class Hyperparameters:
   clip_label: float = 2.0  # Γ_y (on labels minus the offset and the user's bias)
   weights: str = "counts"  # App. E.1 weights w ∝ n̂^(-1/4) from DP counts, or 'uniform' (no counts)
   count_fraction: float = 0.1  # share of ρ spent on the item counts (weights: counts)
+  last_step_weight: float = 1.0  # ω: the last outer step's share of ρ over an earlier step's
   max_items_per_user: int = 50  # contributions of one user to the counts
-  dpsgd_sampling: float = 0.02  # q: users sampled per DP-SGD step
-  dpsgd_clip: float = 5.0  # Γ_g: per-user gradient clip
+  dpsgd_sampling: float = 0.05  # q: users sampled per DP-SGD step
+  dpsgd_clip: float = 1.0  # Γ_g: per-user gradient clip
   dpsgd_learning_rate: float = 0.5
   dpsgd_weight_decay: float = 1e-3  # λ_θ of DP-SGD (per step, on the mean gradient)
   init_scale: float = 0.3
@@ -174,7 +176,7 @@ def _privacy(algorithm: str, budget, hyper: Hyperparameters) -> dict:
     "mechanism": "SSP2 (noise once per outer step)",
     "mu": budget.mu,
     "count_noise_multiplier": budget.count_noise_multiplier if budget.counts else None,
-    "stats_noise_multiplier": budget.stats_noise_multiplier,
+    "stats_noise_multipliers": list(budget.stats_noise_multipliers),
     "sensitivity_a": statistics.sensitivities(
       1.0, hyper.clip_user, hyper.clip_label, hyper.user_bias_scale
     )[0],
@@ -185,12 +187,14 @@ def budget_of(algorithm: str, epsilon: float, delta: float, hyper: Hyperparamete
   """The run's noise multipliers (`accounting`): SSP's split, or DP-SGD's after the counts."""
   fraction = hyper.count_fraction if hyper.weights == "counts" else 0.0
   if algorithm != "am-dpsgd":
-    return accounting.calibrate_ssp(epsilon, delta, hyper.outer_steps, fraction)
+    return accounting.calibrate_ssp(
+      epsilon, delta, hyper.outer_steps, fraction, hyper.last_step_weight
+    )
   counts = None
   if hyper.weights == "counts":
     counts = accounting.count_noise_multiplier(epsilon, delta, hyper.count_fraction)
   return accounting.calibrate_dpsgd(
-    epsilon, delta, hyper.outer_steps * hyper.item_steps, hyper.dpsgd_sampling, counts
+    epsilon, delta, hyper.outer_steps * hyper.dpsgd_steps, hyper.dpsgd_sampling, counts
   )
 
 
@@ -253,7 +257,7 @@ def train(
         y_bar,
         n,
         weights=weights,
-        steps=hyper.item_steps,
+        steps=hyper.dpsgd_steps,
         sampling_probability=hyper.dpsgd_sampling,
         clip_norm=hyper.dpsgd_clip,
         noise_multiplier=budget.noise_multiplier,
@@ -263,7 +267,7 @@ def train(
       )
       item_side = encoder.forward(features, params)
     else:
-      sigma = budget.stats_noise_multiplier
+      sigma = budget.stats_noise_multipliers[step - 1]
       noise = statistics.sample_noise(m, width, noise_rng)
       stats = releaser.statistics(item_side, tr, n, counts, hyper, sigma, noise, labels)
       if keep_released:

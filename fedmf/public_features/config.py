@@ -39,6 +39,7 @@ class PublicFeaturesConfig:
   dim: int = 8
   seed: int = 0  # initialization and noise of the first run
   federated: bool = False  # True: the statistics are released by TFF clients (Algorithm 8)
+  clients_per_call: int = 256  # federated: users per TFF call (a release takes several calls)
   # Protocol.
   seeds: int = 1  # runs with seeds seed, seed+1, ...: test metrics as mean and std
   tune: bool = False  # choose hyper-parameters on validation over the method's grid (tuning.py)
@@ -71,9 +72,11 @@ class PublicFeaturesConfig:
   clip_label: float = 2.0
   weights: str = "counts"  # the App. E.1 budget allocation (DP counts), or uniform (no counts)
   count_fraction: float = 0.1
+  last_step_weight: float = 1.0  # ω: the last outer step's share of the budget over an earlier one's
   max_items_per_user: int = 50
-  dpsgd_sampling: float = 0.02
-  dpsgd_clip: float = 5.0
+  dpsgd_steps: int = 20
+  dpsgd_sampling: float = 0.05
+  dpsgd_clip: float = 1.0
   dpsgd_learning_rate: float = 0.5
   dpsgd_weight_decay: float = 1e-3
 
@@ -92,9 +95,10 @@ class PublicFeaturesConfig:
     if self.seed + self.seeds > MAX_SEED:
       raise ConfigError(f"seed + seeds must stay below 2^63, got {self.seed} + {self.seeds}")
     _integer("dim", self.dim, 0 if self.algorithm == "dp-bias" else 1, 4096)
-    for key in ("outer_steps", "item_steps", "num_users", "num_items", "num_people"):
+    for key in ("outer_steps", "item_steps", "dpsgd_steps", "num_users", "num_items", "num_people"):
       _integer(key, getattr(self, key), 1, MAX_SIZE)
     _integer("max_items_per_user", self.max_items_per_user, 1, MAX_SIZE)
+    _integer("clients_per_call", self.clients_per_call, 1, 10**6)
     for key in ("validation_fraction", "test_fraction", "heldout_users", "count_fraction"):
       _open_interval(key, getattr(self, key))
     if self.validation_fraction + self.test_fraction >= 1:
@@ -113,7 +117,7 @@ class PublicFeaturesConfig:
       _bounded(key, getattr(self, key), MAX_REG, positive=True)
     for key in ("reg_noise", "reg_params", "dpsgd_weight_decay"):
       _bounded(key, getattr(self, key), MAX_REG, positive=False)
-    for key in ("clip_user", "clip_label", "dpsgd_clip", "bias_scale"):
+    for key in ("clip_user", "clip_label", "dpsgd_clip", "bias_scale", "last_step_weight"):
       _bounded(key, getattr(self, key), MAX_CLIP, positive=True)
     _bounded("mean_ratings_per_user", self.mean_ratings_per_user, MAX_SIZE, positive=True)
     if self.rating_offset is not None and not abs(self.rating_offset) <= MAX_OFFSET:

@@ -74,7 +74,7 @@ def _train_seconds(cfg: PublicFeaturesConfig, algorithm: str, s: dict, outer_ste
   if algorithm == "am-dpsgd":
     entries = cfg.dpsgd_sampling * big_d * (c * d * p + p + 8 * d)
     forward = (m * c * d * p + s["nonzeros"] * d) * SECONDS_PER_ENCODER_FLOP
-    step += cfg.item_steps * (entries * SECONDS_PER_GRADIENT_ENTRY + forward)
+    step += cfg.dpsgd_steps * (entries * SECONDS_PER_GRADIENT_ENTRY + forward)
   else:
     step += m * p**3 * SECONDS_PER_ITEM_P3 + m * p * p * 10 * SECONDS_PER_ENCODER_FLOP
     if algorithm == "am-ssp":

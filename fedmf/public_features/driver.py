@@ -132,7 +132,7 @@ def tuning_keys(algorithm: str) -> tuple[str, ...]:
   common = ("outer_steps", "weights", "reg_user", "reg_user_bias", "reg_item", "reg_noise")
   common += ("clip_label", "bias_scale")
   if algorithm == "am-dpsgd":
-    return (*common, "clip_user", "item_steps", "item_id", "dpsgd_sampling", "dpsgd_clip") + (
+    return (*common, "clip_user", "dpsgd_steps", "item_id", "dpsgd_sampling", "dpsgd_clip") + (
       "dpsgd_learning_rate",
       "dpsgd_weight_decay",
     )
@@ -172,7 +172,7 @@ def run(
     from fedmf.public_features import federated  # pylint: disable=g-import-not-at-top
 
     federated.use_own_context()
-    releaser = federated.releaser()
+    releaser = federated.releaser(cfg.clients_per_call)
 
   def step_line(row: dict) -> None:
     shown = ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k not in ("step", "seconds"))

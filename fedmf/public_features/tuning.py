@@ -25,23 +25,25 @@ from fedmf.public_features import algorithms
 # The grids (docs/public-features.md, "Tuning"): what each method is most sensitive to.
 GRIDS: dict[str, dict[str, tuple]] = {
   "am-ssp": {
-    "clip_user": (0.5, 1.0),
-    "reg_noise": (1.0, 3.0, 10.0),
-    "outer_steps": (1, 3),
+    "item_id": (False, True),
+    "clip_user": (0.25, 0.5),
+    "outer_steps": (1, 2),
+    "reg_noise": (0.3, 1.0, 3.0),
   },
   "dp-als": {
     "clip_user": (0.5, 1.0),
-    "reg_noise": (1.0, 3.0, 10.0),
+    "reg_noise": (0.3, 1.0, 3.0, 10.0),
     "outer_steps": (1, 3),
   },
   "dp-bias": {
     "reg_noise": (0.3, 1.0, 3.0, 10.0),
     "reg_item": (1.0, 10.0),
+    "outer_steps": (1, 2),
   },
   "am-dpsgd": {
-    "dpsgd_learning_rate": (0.1, 0.5, 2.0),
-    "dpsgd_clip": (1.0, 5.0),
-    "outer_steps": (1, 3),
+    "item_id": (False, True),
+    "dpsgd_learning_rate": (0.3, 1.0),
+    "outer_steps": (1, 2),
   },
 }
 
@@ -101,4 +103,6 @@ def tune(
 
 
 def _shown(point: dict) -> str:
-  return " ".join(f"{k}={v:g}" for k, v in point.items())
+  return " ".join(
+    f"{k}={str(v).lower() if isinstance(v, bool) else f'{v:g}'}" for k, v in point.items()
+  )

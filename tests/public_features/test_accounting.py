@@ -30,6 +30,24 @@ def test_ssp_run_reaches_exactly_the_target_and_pld_agrees(epsilon, outer_steps)
   assert eps["rdp"] >= exact  # RDP conversion is an upper bound
 
 
+def test_a_heavier_last_step_is_still_exactly_the_target():
+  """ω = 4: the last step's releases get 4 times the share of an earlier one's; composed (a
+  dp_accounting event built here, and the exact Gaussian composition) the run is (ε, δ)."""
+  budget = accounting.calibrate_ssp(3.0, 1e-5, 3, count_fraction=0.1, last_step_weight=4.0)
+  first, second, last = budget.stats_noise_multipliers
+  assert first == second and last == pytest.approx(first / 2)  # ρ ∝ σ⁻²: 4x the share
+  mu = math.sqrt(budget.count_noise_multiplier**-2 + 2 * (first**-2 + second**-2 + last**-2))
+  assert base_accounting.gaussian_epsilon(mu, 1e-5) == pytest.approx(3.0, rel=1e-9)
+  event = dp_accounting.ComposedDpEvent(
+    [dp_accounting.GaussianDpEvent(budget.count_noise_multiplier)]
+    + [dp_accounting.GaussianDpEvent(s) for s in (first, first, second, second, last, last)]
+  )
+  pld = base_accounting.pld_epsilon(event, 1e-5)
+  assert pld == pytest.approx(3.0, rel=0.02) and pld >= 3.0 * (1 - 1e-3)
+  with pytest.raises(ValueError, match="different noise"):
+    budget.stats_noise_multiplier
+
+
 def test_dropping_the_count_release_would_under_count():
   """The count estimate is part of the run's event: without it ε is smaller than reported."""
   budget = accounting.calibrate_ssp(2.0, 1e-5, 2, count_fraction=0.3)
@@ -65,7 +83,7 @@ def test_released_noise_is_the_calibrated_multiple_of_the_sensitivity(beta):
 
 def test_epsilon_inf_adds_no_noise_and_claims_no_guarantee():
   budget = accounting.calibrate_ssp(math.inf, 1e-5, 3)
-  assert budget.count_noise_multiplier == budget.stats_noise_multiplier == 0.0
+  assert budget.count_noise_multiplier == 0.0 and budget.stats_noise_multipliers == (0.0,) * 3
   assert accounting.ssp_epsilon(budget) == {"analytic": math.inf}
   stats = statistics.Statistics(np.ones((4, 2, 2)), np.ones((4, 2)))
   noise = statistics.sample_noise(4, 2, np.random.default_rng(0))
@@ -147,7 +165,7 @@ def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
   spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)
   ratings, features = data.synthetic_ratings(spec, rng)
   dataset = data.random_split("synthetic", ratings, features, 200, 0.1, 0.1, rng, 0.0)
-  hyper = algorithms.Hyperparameters(dim=3, outer_steps=2, item_steps=5, dpsgd_sampling=0.1)
+  hyper = algorithms.Hyperparameters(dim=3, outer_steps=2, dpsgd_steps=5, dpsgd_sampling=0.1)
   result = algorithms.train(dataset, algorithm, 3.0, 1e-5, 0, hyper)
   p = result.privacy
   if algorithm == "am-dpsgd":
@@ -164,5 +182,7 @@ def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
     )
     assert rdp.get_epsilon(1e-5) <= 3.0 * (1 + 1e-3)
   else:
-    mu = math.sqrt(p["count_noise_multiplier"] ** -2 + 4 * p["stats_noise_multiplier"] ** -2)
+    sigmas = p["stats_noise_multipliers"]
+    assert len(sigmas) == 2
+    mu = math.sqrt(p["count_noise_multiplier"] ** -2 + sum(2 * s**-2 for s in sigmas))
     assert base_accounting.gaussian_epsilon(mu, 1e-5) <= 3.0 * (1 + 1e-9)

@@ -15,7 +15,7 @@ from fedmf.public_features import movielens
 from tests.public_features import movielens_files as files
 
 TINY = ["--set", "num_users=200", "--set", "num_items=20", "--set", "num_people=40"]
-TINY += ["--set", "outer_steps=1", "--set", "item_steps=3"]
+TINY += ["--set", "outer_steps=1", "--set", "item_steps=3", "--set", "dpsgd_steps=3"]
 
 
 def _refused(tmp_path, capsys, args, message, out=None):
