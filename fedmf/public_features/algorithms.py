@@ -67,6 +67,11 @@ class Hyperparameters:
     """β, or None for a model without biases."""
     return self.bias_scale if self.biases else None
 
+  def user_clip(self, dim: int) -> float:
+    """Γ_u of a model with `dim` embedding coordinates: 0 for the bias model (d = 0), whose user
+    side is [β] alone, so its sensitivities use Γ̃ = β (not sqrt(Γ_u² + β²): no over-noising)."""
+    return self.clip_user if dim > 0 else 0.0
+
 
 @dataclass(frozen=True)
 class Releaser:
@@ -121,13 +126,14 @@ def central_statistics(
   item) rows count once, with their mean label (`Ratings.merged`): the weights and the
   sensitivity of Thm. 2 assume distinct items per user."""
   train = Ratings(train.users, train.items, np.asarray(labels, dtype=np.float64)).merged()
+  clip = hyper.user_clip(item_side.shape[1] - (hyper.user_bias_scale is not None))
   u_bar, y_bar = item_targets(item_side, train, num_users, hyper, train.values)
   weights = statistics.example_weights(train.users, train.items, counts, num_users)
   exact = statistics.sufficient_statistics(
     u_bar, train.users, y_bar, train.items, weights, len(counts)
   )
   return statistics.add_noise(
-    exact, noise, noise_multiplier, 1.0, hyper.clip_user, hyper.clip_label, hyper.user_bias_scale
+    exact, noise, noise_multiplier, 1.0, clip, hyper.clip_label, hyper.user_bias_scale
   )
 
 
@@ -159,7 +165,7 @@ def _diverged(algorithm: str, step: int) -> FloatingPointError:
   )
 
 
-def _privacy(algorithm: str, budget, hyper: Hyperparameters) -> dict:
+def _privacy(algorithm: str, budget, hyper: Hyperparameters, dim: int) -> dict:
   if math.isinf(budget.epsilon):
     return {"mechanism": "none: the non-private reference (epsilon inf, no noise)"}
   if algorithm == "am-dpsgd":
@@ -178,7 +184,7 @@ def _privacy(algorithm: str, budget, hyper: Hyperparameters) -> dict:
     "count_noise_multiplier": budget.count_noise_multiplier if budget.counts else None,
     "stats_noise_multipliers": list(budget.stats_noise_multipliers),
     "sensitivity_a": statistics.sensitivities(
-      1.0, hyper.clip_user, hyper.clip_label, hyper.user_bias_scale
+      1.0, hyper.user_clip(dim), hyper.clip_label, hyper.user_bias_scale
     )[0],
   }
 
@@ -234,7 +240,7 @@ def train(
     item_side = rng.normal(0.0, hyper.init_scale, (m, width))
     item_side[:, dim:] = 0.0  # item biases start at 0
   budget = budget or budget_of(algorithm, epsilon, delta, hyper)
-  privacy = _privacy(algorithm, budget, hyper)
+  privacy = _privacy(algorithm, budget, hyper, dim)
   start = time.perf_counter()  # calibration (accounting, not training) excluded from the time
   counts = np.ones(m)  # uniform weights: a public constant, no release
   if hyper.weights == "counts":
@@ -273,7 +279,7 @@ def train(
       if keep_released:
         released.append(stats)
       stats = statistics.Statistics(statistics.psd_projection(stats.a), stats.b)
-      bound = statistics.user_bound(hyper.clip_user, beta)
+      bound = statistics.user_bound(hyper.user_clip(dim), beta)
       reg = hyper.reg_item + hyper.reg_noise * sigma * bound**2
       if algorithm == "am-ssp":
         params = item_updates.ssp_item_update(

@@ -72,7 +72,9 @@ class PublicFeaturesConfig:
   clip_label: float = 2.0
   weights: str = "counts"  # the App. E.1 budget allocation (DP counts), or uniform (no counts)
   count_fraction: float = 0.1
-  last_step_weight: float = 1.0  # ω: the last outer step's share of the budget over an earlier one's
+  last_step_weight: float = (
+    1.0  # ω: the last outer step's share of the budget over an earlier one's
+  )
   max_items_per_user: int = 50
   dpsgd_steps: int = 20
   dpsgd_sampling: float = 0.05

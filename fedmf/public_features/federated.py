@@ -341,8 +341,9 @@ def releaser(clients_per_call: int = CLIENTS_PER_CALL) -> Releaser:
     beta = hyper.user_bias_scale
     m, width = item_side.shape
     dim = width - (beta is not None)
+    clip = hyper.user_clip(dim)
     rows_fn = statistics_rows_computation(
-      m, dim, hyper.reg_user, hyper.reg_user_bias, hyper.clip_user, hyper.clip_label, beta
+      m, dim, hyper.reg_user, hyper.reg_user_bias, clip, hyper.clip_label, beta
     )
     upper = _upper_indices(width)
     unit = np.concatenate([noise.a[:, upper[:, 0], upper[:, 1]], noise.b], axis=1)
@@ -357,7 +358,7 @@ def releaser(clients_per_call: int = CLIENTS_PER_CALL) -> Releaser:
       np.asarray(item_side, np.float64),
       np.asarray(counts, np.float64),
     )
-    s_a, s_b = statistics.sensitivities(1.0, hyper.clip_user, hyper.clip_label, beta)
+    s_a, s_b = statistics.sensitivities(1.0, clip, hyper.clip_label, beta)
     a = np.zeros((m, width, width))
     a[:, upper[:, 0], upper[:, 1]] = total[:, : len(upper)] * s_a
     a = a + np.transpose(np.triu(a, 1), (0, 2, 1))  # the release's upper triangle, symmetrized

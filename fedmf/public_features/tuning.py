@@ -26,7 +26,7 @@ from fedmf.public_features import algorithms
 GRIDS: dict[str, dict[str, tuple]] = {
   "am-ssp": {
     "item_id": (False, True),
-    "clip_user": (0.25, 0.5),
+    "clip_user": (0.25, 0.5, 1.0),
     "outer_steps": (1, 2),
     "reg_noise": (0.3, 1.0, 3.0),
   },

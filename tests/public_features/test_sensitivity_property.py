@@ -8,7 +8,8 @@ accountant calibrates to: √max_items_per_user for the counts, w̄Γ_u² for A 
 
 The rating sets include repeated (user, item) rows, users with one rating, users at and above the
 per-user cap, items nobody rated and items whose public features are empty (a zero item vector),
-with and without biases (the user side [Clip(u), β]: the sensitivities use sqrt(Γ_u² + β²)).
+with and without biases (the user side [Clip(u), β]: the sensitivities use sqrt(Γ_u² + β²)), and
+the bias model alone (d = 0: the user side is [β]).
 A repeated row used to enter A and b once per copy while the weights assumed distinct items
 (issue 34: r copies moved A by √r·w̄Γ_u²); this test found that.
 """
@@ -29,7 +30,8 @@ def releases(draw):
   """A rating set, one user's alternative data, and the public quantities of one release."""
   num_users = draw(hs.integers(1, 5))
   num_items = draw(hs.integers(1, 6))
-  dim = draw(hs.integers(1, 3))
+  biases = draw(hs.booleans())
+  dim = draw(hs.integers(0 if biases else 1, 3))  # d = 0: the DP bias model
   label = hs.floats(-20.0, 20.0, allow_nan=False)
 
   def rows_of(users):
@@ -42,7 +44,6 @@ def releases(draw):
   rows = draw(rows_of(list(range(num_users))))
   user = draw(hs.integers(0, num_users - 1))
   replacement = draw(rows_of([user]))
-  biases = draw(hs.booleans())
   # The released item side (v_j, and e_j with biases); a zero row: an item without features.
   coordinate = hs.one_of(hs.just(0.0), hs.floats(-3.0, 3.0, allow_nan=False))
   item_side = draw(hnp.arrays(np.float64, (num_items, dim + biases), elements=coordinate))
@@ -87,7 +88,8 @@ def test_one_users_whole_data_moves_counts_a_and_b_by_at_most_the_accounted_sens
   num_users, num_items, rows, user, replacement, item_vectors, counts, hyper = case
   before = _released(rows, num_users, num_items, item_vectors, counts, hyper)
   others = [r for r in rows if r[0] != user]
-  s_a, s_b = statistics.sensitivities(1.0, hyper.clip_user, hyper.clip_label, hyper.user_bias_scale)
+  clip = hyper.user_clip(hyper.dim)  # what the release calibrates to (d = 0: Γ̃ = β)
+  s_a, s_b = statistics.sensitivities(1.0, clip, hyper.clip_label, hyper.user_bias_scale)
   s_counts = np.sqrt(hyper.max_items_per_user)
   for neighbour, factor in ((others, 1.0), (others + replacement, 2.0)):
     after = _released(neighbour, num_users, num_items, item_vectors, counts, hyper)
