@@ -85,7 +85,7 @@ def main(argv=None) -> int:
       row = (per_call, calls, fed.train_seconds, wall, first_wall, diff)
       rows.append(row)
       say(
-        f"federated, {per_call} users per call ({calls} calls per release): {fed.train_seconds:.2f} s "
+        f"federated, {per_call} users per call ({calls} call{'s' if calls > 1 else ''} per release): {fed.train_seconds:.2f} s "
         f"training ({fed.train_seconds / central.train_seconds:.1f}x), first run {first_wall:.1f} s, "
         f"max |difference| of the statistics {diff:.2e}"
       )
