@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-METHODS = ("am-ssp", "dp-als", "am-dpsgd", "dp-bias")
+METHODS = ("am-ssp", "dp-als", "dp-cmf", "am-dpsgd", "dp-bias")
 
 
 def command(args, method: str, epsilon: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Alternating minimization (Algorithm 1) with the ItemUpdates: AM-SSP (SSP2, Algorithm 3),
-AM-DPSGD (Algorithm 6), DP-ALS (item ids only) and the DP bias model (DP-ALS with biases only: the
-DP per-item means baseline); the same closed-form UserUpdate for all (App. E.1), with user biases.
+AM-DPSGD (Algorithm 6), DP-ALS (item ids only), DP-CMF (Curmei et al. 2023: DP-ALS with the public
+features as pseudo-users) and the DP bias model (DP-ALS with biases only: the DP per-item means
+baseline); the same closed-form UserUpdate for all (App. E.1), with user biases.
 
 Privacy (user level, whole run; `accounting`): the item encoder / item embeddings are released after
 each outer step; the user embeddings and biases are recomputed by each user from them and never
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import sparse
 
 from fedmf.public_features import accounting
 from fedmf.public_features import encoder
@@ -30,8 +32,8 @@ from fedmf.public_features import users as users_lib
 from fedmf.public_features.data import Dataset
 from fedmf.public_features.data import Ratings
 
-ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als", "dp-bias")
-STATISTICS_ALGORITHMS = ("am-ssp", "dp-als", "dp-bias")  # those that release A and b
+ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als", "dp-cmf", "dp-bias")
+STATISTICS_ALGORITHMS = ("am-ssp", "dp-als", "dp-cmf", "dp-bias")  # those that release A and b
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Hyperparameters:
   item_id: bool = False  # the item's id as one more feature of the encoder (AM-SSP, AM-DPSGD)
   biases: bool = True  # user biases, item biases, a global offset (model.py)
   bias_scale: float = 1.0  # β: the constant beside Clip(u, Γ_u) on the user side
+  cmf_weight: float = 1.0  # α of DP-CMF: the weight of the public features' pseudo-users
 
   @property
   def user_bias_scale(self) -> float | None:
@@ -286,6 +289,9 @@ def train(
           features, params, stats, reg, hyper.reg_params, hyper.item_steps
         )
         item_side = encoder.forward(features, params)
+      elif algorithm == "dp-cmf":
+        matrix = sparse.hstack(dataset.features.bags).tocsr()  # the metadata, never the id
+        item_side = item_updates.cmf_item_update(stats, matrix, item_side, hyper.cmf_weight, reg)
       else:
         item_side = item_updates.als_item_update(stats, reg)
     elapsed += time.perf_counter() - start  # training time only, evaluation excluded

@@ -21,7 +21,7 @@ Outputs in OUT, written beside it and moved into place when the run has finished
 metrics.csv (one row per seed and outer step), summary.json, tuning.csv (with --tune) and run.json.
 
 Config keys (YAML; see docs/public-features.md): data (synthetic | movielens-100k | movielens-1m |
-movielens-10m | movielens-20m), algorithm (am-ssp | am-dpsgd | dp-als | dp-bias), epsilon (or inf),
+movielens-10m | movielens-20m), algorithm (am-ssp | am-dpsgd | dp-als | dp-cmf | dp-bias), epsilon (or inf),
 delta, dim, seed, seeds, federated, item_id, biases, duplicates (refuse | mean), and the training
 recipe (outer_steps, item_steps, clip_user, clip_label, reg_item, reg_noise, ...). --set KEY= sets
 KEY to null; a key given twice is refused."""

@@ -18,7 +18,7 @@ from fedmf.config_parse import ConfigError
 from fedmf.config_parse import shown
 
 DATA = ("synthetic", "movielens-100k", "movielens-1m", "movielens-10m", "movielens-20m")
-ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als", "dp-bias")
+ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als", "dp-cmf", "dp-bias")
 DUPLICATES = ("refuse", "mean")
 WEIGHTS = ("counts", "uniform")
 MAX_SEED = 2**63  # seeds enter 64-bit integer hashes (statistics.count_contributions)
@@ -59,6 +59,7 @@ class PublicFeaturesConfig:
   # Model.
   biases: bool = True  # user biases (local), item biases and a global offset (through statistics)
   bias_scale: float = 1.0  # β: the user side is [Clip(u, Γ_u), β] for the item biases
+  cmf_weight: float = 1.0  # α of DP-CMF: the weight of the public features' pseudo-users
   item_id: bool = False  # an item-id feature beside year and genres (the paper's Fig. 2 id variant)
   # Training (algorithms.Hyperparameters).
   outer_steps: int = 3
@@ -117,7 +118,7 @@ class PublicFeaturesConfig:
       raise ConfigError(f"dpsgd_sampling must be in (0, 1], got {shown(self.dpsgd_sampling)}")
     for key in ("reg_user", "reg_user_bias", "reg_item", "dpsgd_learning_rate"):
       _bounded(key, getattr(self, key), MAX_REG, positive=True)
-    for key in ("reg_noise", "reg_params", "dpsgd_weight_decay"):
+    for key in ("reg_noise", "reg_params", "dpsgd_weight_decay", "cmf_weight"):
       _bounded(key, getattr(self, key), MAX_REG, positive=False)
     for key in ("clip_user", "clip_label", "dpsgd_clip", "bias_scale", "last_step_weight"):
       _bounded(key, getattr(self, key), MAX_CLIP, positive=True)
@@ -128,7 +129,8 @@ class PublicFeaturesConfig:
       )
     if self.federated and self.algorithm == "am-dpsgd":
       raise ConfigError(
-        "federated runs am-ssp, dp-als or dp-bias (Algorithm 8 releases statistics), not am-dpsgd"
+        "federated runs am-ssp, dp-als, dp-cmf or dp-bias (Algorithm 8 releases statistics), not "
+        "am-dpsgd"
       )
     if self.algorithm == "dp-bias" and not self.biases:
       raise ConfigError("algorithm dp-bias is the bias model: it needs biases: true")

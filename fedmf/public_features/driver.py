@@ -138,6 +138,8 @@ def tuning_keys(algorithm: str) -> tuple[str, ...]:
     )
   if algorithm == "am-ssp":
     return (*common, "clip_user", "item_steps", "reg_params", "dim", "item_id")
+  if algorithm == "dp-cmf":
+    return (*common, "clip_user", "dim", "cmf_weight")
   if algorithm == "dp-als":
     return (*common, "clip_user", "dim")
   return common

@@ -50,6 +50,23 @@ def als_item_update(stats: Statistics, reg_item: float) -> np.ndarray:
   return np.linalg.solve(stats.a + reg_item * np.eye(d), stats.b[..., None])[..., 0]
 
 
+def cmf_item_update(
+  stats: Statistics, features: np.ndarray, item_side: np.ndarray, weight: float, reg_item: float
+) -> np.ndarray:
+  """DP-CMF item embeddings (m, d) (Curmei et al. 2023): collective matrix factorization of the
+  ratings beside the public feature matrix X (m × p). The feature embeddings W (p × d) are fitted
+  to the current item side (public: released embeddings and public features),
+  W = Xᵀ V (VᵀV + λ I)^{-1}; each item then solves its noisy normal equations with the features'
+  rows added as α-weighted pseudo-users: v_j = (Â_j + α WᵀW + λ I)^{-1} (b̂_j + α X_j W).
+  α = 0 is DP-ALS."""
+  d = stats.b.shape[1]
+  v = np.asarray(item_side, dtype=np.float64)
+  w = np.linalg.solve(v.T @ v + reg_item * np.eye(d), (features.T @ v).T).T  # (p, d)
+  gram = stats.a + weight * (w.T @ w) + reg_item * np.eye(d)
+  rhs = stats.b + weight * (features @ w)
+  return np.linalg.solve(gram, rhs[..., None])[..., 0]
+
+
 def dpsgd_item_update(
   features: ItemFeatures,
   params: encoder.EncoderParams,

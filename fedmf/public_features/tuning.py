@@ -36,6 +36,12 @@ GRIDS: dict[str, dict[str, tuple]] = {
     "reg_noise": (0.3, 1.0, 3.0, 10.0),
     "outer_steps": (1, 3),
   },
+  "dp-cmf": {
+    "cmf_weight": (10.0, 30.0, 100.0),
+    "clip_user": (0.5, 1.0),
+    "reg_noise": (3.0, 10.0),
+    "outer_steps": (1, 3),
+  },
   "dp-bias": {
     "reg_noise": (0.3, 1.0, 3.0, 10.0),
     "reg_item": (1.0, 10.0),

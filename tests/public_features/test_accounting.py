@@ -155,7 +155,7 @@ def test_bad_budgets_are_user_errors():
     accounting.calibrate_ssp(1.0, 1e-5, 2, count_fraction=1.0)
 
 
-@pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "dp-bias", "am-dpsgd"])
+@pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "dp-cmf", "dp-bias", "am-dpsgd"])
 def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
   """Recompute ε from the noise multipliers a training run actually used (counts included)."""
   from fedmf.public_features import algorithms

@@ -178,3 +178,27 @@ def test_removing_a_user_moves_the_capped_counts_by_at_most_root_cap(seed):
   k = int(rng.integers(6))
   after = counts(u_idx[u_idx != k], i_idx[u_idx != k])
   assert np.linalg.norm(before - after) <= np.sqrt(cap) * (1 + 1e-12)
+
+
+def test_dp_cmf_item_update_solves_the_collective_normal_equations():
+  """DP-CMF (Curmei et al. 2023): W fits X ≈ V Wᵀ (ridge λ), then each v_j minimizes
+  ½ vᵀ(Â_j + λI)v − b̂_jᵀv + α/2 Σ_f (X_jf − w_f·v)²: both gradients vanish."""
+  from fedmf.public_features import item_updates
+
+  rng = np.random.default_rng(8)
+  m, p, d, alpha, lam = 6, 4, 3, 2.5, 0.7
+  a = rng.normal(size=(m, d, d))
+  a = np.einsum("mij,mkj->mik", a, a)  # PSD
+  stats = statistics.Statistics(a, rng.normal(size=(m, d)))
+  x, v = rng.uniform(size=(m, p)), rng.normal(size=(m, d))
+  out = item_updates.cmf_item_update(stats, x, v, alpha, lam)
+  w = np.linalg.solve(v.T @ v + lam * np.eye(d), v.T @ x).T
+  for f in range(p):  # W: Σ_j (w_f·v_j − X_jf) v_j + λ w_f = 0
+    np.testing.assert_allclose((v @ w[f] - x[:, f]) @ v + lam * w[f], 0.0, atol=1e-10)
+  for j in range(m):  # v_j: (Â_j + λI) v − b̂_j + α Σ_f (w_f·v − X_jf) w_f = 0
+    grad = (a[j] + lam * np.eye(d)) @ out[j] - stats.b[j] + alpha * w.T @ (w @ out[j] - x[j])
+    np.testing.assert_allclose(grad, 0.0, atol=1e-10)
+  # α = 0 is DP-ALS.
+  np.testing.assert_allclose(
+    item_updates.cmf_item_update(stats, x, v, 0.0, lam), item_updates.als_item_update(stats, lam)
+  )
