@@ -84,12 +84,10 @@ def _train_seconds(cfg: PublicFeaturesConfig, algorithm: str, s: dict, outer_ste
 
 
 def _runs(cfg: PublicFeaturesConfig, algorithm: str) -> list[int]:
-  """The outer steps of every training run of `algorithm`: the seeds, or with --tune every grid
-  point once and the chosen one (at most the grid's largest steps) with the other seeds."""
+  """The outer steps of every training run of `algorithm` (seeds × grid points)."""
   if not cfg.tune:
     return [cfg.outer_steps] * cfg.seeds
-  steps = [p.get("outer_steps", cfg.outer_steps) for p in tuning.grid(algorithm)]
-  return steps + [max(steps)] * (cfg.seeds - 1)
+  return [p.get("outer_steps", cfg.outer_steps) for p in tuning.grid(algorithm)] * cfg.seeds
 
 
 def estimate(cfg: PublicFeaturesConfig) -> resources.Cost:
