@@ -308,7 +308,7 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
   if annotation == WorkersValue:
     if isinstance(value, (list, tuple)):
       if not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key} must list 'host:port' strings, got {shown(value)}")
+        raise ConfigError(f"{key} must list 'host:port' or 'unix:PATH' strings, got {shown(value)}")
       return tuple(value)
     return _coerce(key, value, int)
   origin = typing.get_origin(annotation)

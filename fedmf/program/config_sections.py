@@ -179,7 +179,8 @@ class WorkerTLSConfig:
   key: str = ""  # its private key
 
 
-# `workers`: a count of local workers, or the "host:port" addresses of `fedmf worker` services.
+# `workers`: a count of local workers, or the "host:port" / "unix:PATH" addresses of `fedmf worker`
+# services.
 WorkersValue = typing.Union[int, tuple[str, ...]]
 
 
@@ -187,10 +188,11 @@ WorkersValue = typing.Union[int, tuple[str, ...]]
 class PlatformConfig:
   """`platform:` where the clients are trained; the model is bit-identical whatever it says.
 
-  workers (0: one local TFF worker; W: W local workers; a list of "host:port": `fedmf worker`
-  services on other hosts), worker_tls ({ca, cert, key}: mutual TLS with them, required for
-  non-loopback addresses), worker_timeout_s (a chunk of clients not finished by then goes to
-  another worker), worker_isolation (namespace: local workers run in a network namespace of their
+  workers (0: one local TFF worker; W: W local workers; a list of "host:port" or "unix:PATH":
+  `fedmf worker` services), worker_tls ({ca, cert, key}: mutual TLS with them, required for every
+  TCP address, loopback included), worker_timeout_s (a chunk of clients not finished by then goes
+  to another worker; measured per call after a worker's first call, which may take 10 times
+  as long), worker_isolation (namespace: local workers run in a network namespace of their
   own, refusing to start where none can be made; none: accept TFF's open port there).
   clients_per_call: clients per TFF call (the chunks whose sums are added in order; default per
   model), which fixes the float sums.
@@ -219,7 +221,9 @@ class PlatformConfig:
       at_least("workers", self.workers, 0)
       return
     if not self.workers:
-      raise ConfigError("workers must be a count >= 0 or a non-empty list of 'host:port'")
+      raise ConfigError(
+        "workers must be a count >= 0 or a non-empty list of 'host:port' or 'unix:PATH'"
+      )
     try:
       channels.check_remote_workers(self.workers, tls)
       if tls is not None:

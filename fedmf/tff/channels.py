@@ -1,10 +1,18 @@
-"""gRPC channels to TFF executor services: addresses, mutual TLS and their validation.
+"""gRPC channels to TFF executor services: addresses, mutual TLS, keep-alive and their validation.
 
 One concept: how fedmf reaches a worker. A worker is named by `host:port` (a `fedmf worker`
-service), or `unix:PATH` (a local worker in its own network namespace, `fedmf.tff.sandbox`).
-A remote worker on a non-loopback address is reached only over mutual TLS: the coordinator checks
-the worker's certificate against `ca` and presents `cert`/`key`, which the worker checks against its
-client CA (`fedmf worker --tls-client-ca`).
+service over TCP) or `unix:PATH` (a `fedmf worker --listen unix:PATH`, or a local worker in its own
+network namespace, `fedmf.tff.sandbox`). Every TCP worker, loopback included, is reached only over
+mutual TLS: the coordinator checks the worker's certificate against `ca` and presents
+`cert`/`key`, which the worker checks against its client CA and its allow-list
+(`fedmf worker --tls-client-ca`, `fedmf.tff.client_identity`). A Unix socket is protected by its
+file mode (0600 in a 0700 directory: its owner and root only) and carries plaintext.
+
+Keep-alive: the coordinator pings every `KEEPALIVE_S` seconds, also during a silent chunk, so that
+a vanished host is noticed within about 20 s; the worker's front accepts pings every
+`MIN_PING_INTERVAL_S` (`SERVER_OPTIONS`). gRPC's default server policy (one ping per 5 minutes
+without data, 2 strikes) answered such a coordinator with GOAWAY too_many_pings after about 30 s
+of a silent chunk.
 """
 
 from __future__ import annotations
@@ -12,30 +20,48 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from fedmf.errors import FedmfUserError
+from fedmf.tff import certificates
+from fedmf.tff.certificates import WorkerTLSError
 
 # TFF's own channel options (`tff.backends.native` local contexts): messages up to 2 GB.
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
-CHANNEL_OPTIONS = (
+MESSAGE_OPTIONS = (
   ("grpc.max_message_length", _MAX_MESSAGE_BYTES),
   ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
   ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-  # A peer that vanishes (host down, cable out) is noticed within about 20 s, not hours.
-  ("grpc.keepalive_time_ms", 10_000),
+)
+KEEPALIVE_S = 10
+MIN_PING_INTERVAL_S = 5  # < KEEPALIVE_S: every ping of the coordinator is welcome.
+# The coordinator's channels: a peer that vanishes (host down, cable out) is noticed within about
+# 20 s, not hours; pings continue while a call is silent (no data either way).
+CHANNEL_OPTIONS = MESSAGE_OPTIONS + (
+  ("grpc.keepalive_time_ms", KEEPALIVE_S * 1000),
   ("grpc.keepalive_timeout_ms", 10_000),
   ("grpc.keepalive_permit_without_calls", 1),
   ("grpc.http2.max_pings_without_data", 0),
 )
+# The front's server (gRPC core's chttp2 ping policy): pings are accepted every
+# MIN_PING_INTERVAL_S, with or without calls; a client pinging faster still gets GOAWAY after
+# max_ping_strikes. The server pings its clients too, to drop a coordinator that vanished.
+SERVER_OPTIONS = MESSAGE_OPTIONS + (
+  ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_S * 1000),
+  ("grpc.http2.max_ping_strikes", 2),
+  ("grpc.keepalive_permit_without_calls", 1),
+  ("grpc.keepalive_time_ms", 30_000),
+  ("grpc.keepalive_timeout_ms", 10_000),
+)
+# The front's channel to its own worker_binary (a Unix socket to a local process): no pings, which
+# worker_binary's default server policy would answer with GOAWAY during a long chunk.
+LOCAL_OPTIONS = MESSAGE_OPTIONS
+
+UNIX_PREFIX = "unix:"
 
 
 class WorkerAddressError(FedmfUserError):
-  """A worker address that is not `host:port`."""
-
-
-class WorkerTLSError(FedmfUserError):
-  """A missing or unreadable certificate or key, or TLS settings that do not fit together."""
+  """A worker address that is not `host:port` or `unix:PATH`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +82,41 @@ class Address:
       return False
 
 
+@dataclasses.dataclass(frozen=True)
+class UnixSocket:
+  path: str
+
+  def __str__(self) -> str:
+    return f"{UNIX_PREFIX}{self.path}"
+
+
+def parse_target(
+  text: str, what: str = "worker address", allow_port_zero: bool = False
+) -> Union[Address, UnixSocket]:
+  """`unix:PATH` (an absolute path) -> UnixSocket; else `parse_address`."""
+  if isinstance(text, str) and text.strip().startswith(UNIX_PREFIX):
+    path = text.strip()[len(UNIX_PREFIX) :]
+    if path.startswith("//"):  # gRPC's unix:///abs form
+      path = path[2:]
+    if not path.startswith("/") or "\0" in path:
+      raise WorkerAddressError(f"{what} {text!r}: give unix:/ABSOLUTE/PATH")
+    return UnixSocket(os.path.normpath(path))
+  return parse_address(text, what, allow_port_zero)
+
+
 def parse_address(
   text: str, what: str = "worker address", allow_port_zero: bool = False
 ) -> Address:
   """`host:port` (`[v6]:port` for IPv6) -> Address; raises WorkerAddressError naming the text."""
   if not isinstance(text, str) or not text.strip():
-    raise WorkerAddressError(f"{what} must be 'host:port', got {text!r}")
+    raise WorkerAddressError(f"{what} must be 'host:port' or 'unix:PATH', got {text!r}")
   text = text.strip()
   if text.startswith("["):
     host, sep, port = text[1:].partition("]:")
   else:
     host, sep, port = text.rpartition(":")
   if not sep or not host or ":" in host and not text.startswith("["):
-    raise WorkerAddressError(f"{what} must be 'host:port', got {text!r}")
+    raise WorkerAddressError(f"{what} must be 'host:port' or 'unix:PATH', got {text!r}")
   lowest = 0 if allow_port_zero else 1
   if not port.isdigit() or not lowest <= int(port) < 65536:
     raise WorkerAddressError(f"{what} {text!r} has no valid port ({lowest}-65535)")
@@ -97,22 +145,14 @@ class TLSFiles:
     return cls(str(value["ca"]), str(value["cert"]), str(value["key"]))
 
   def read(self, what: str = "worker_tls") -> tuple[bytes, bytes, bytes]:
-    """(ca, cert, key) bytes; raises WorkerTLSError naming an unreadable or non-PEM file."""
-    return tuple(
-      read_pem(path, f"{what}.{name}")
-      for name, path in (("ca", self.ca), ("cert", self.cert), ("key", self.key))
-    )
-
-
-def read_pem(path: str, what: str) -> bytes:
-  try:
-    with open(os.path.expanduser(path), "rb") as f:
-      data = f.read()
-  except OSError as e:
-    raise WorkerTLSError(f"{what}: cannot read {path}: {e.strerror or e}") from None
-  if b"-----BEGIN " not in data:
-    raise WorkerTLSError(f"{what}: {path} is not a PEM file")
-  return data
+    """(ca, cert, key) bytes, checked (`fedmf.tff.certificates`): WorkerTLSError naming an
+    unreadable or non-PEM file, a key readable by every user, a key of another certificate, or a
+    certificate out of its dates."""
+    ca = certificates.read_pem(self.ca, f"{what}.ca")
+    cert = certificates.read_pem(self.cert, f"{what}.cert")
+    key = certificates.read_key(self.key, f"{what}.key")
+    certificates.check_server_files(cert, key, ca, (f"{what}.cert", f"{what}.key", f"{what}.ca"))
+    return ca, cert, key
 
 
 def channel_credentials(tls: TLSFiles):
@@ -123,28 +163,33 @@ def channel_credentials(tls: TLSFiles):
   return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
-def open_channel(target: str, credentials=None):
+def open_channel(target: str, credentials=None, options=CHANNEL_OPTIONS):
   """A gRPC channel to `target` (`unix:PATH` or `host:port`), over mutual TLS with `credentials`
-  (`channel_credentials`), else in plaintext (loopback and Unix sockets only: the callers check)."""
+  (`channel_credentials`) for a TCP target, else in plaintext (Unix sockets only: the callers
+  check). A Unix socket carries plaintext whatever `credentials` says."""
   import grpc  # pylint: disable=g-import-not-at-top
 
-  if credentials is None:
-    return grpc.insecure_channel(target, list(CHANNEL_OPTIONS))
-  return grpc.secure_channel(target, credentials, list(CHANNEL_OPTIONS))
+  if credentials is None or target.startswith(UNIX_PREFIX):
+    return grpc.insecure_channel(target, list(options))
+  return grpc.secure_channel(target, credentials, list(options))
 
 
-def check_remote_workers(addresses: Sequence[str], tls: Optional[TLSFiles]) -> list[Address]:
-  """Parses worker addresses; a non-loopback worker needs mutual TLS (refused in plaintext).
+def check_remote_workers(
+  addresses: Sequence[str], tls: Optional[TLSFiles]
+) -> list[Union[Address, UnixSocket]]:
+  """Parses worker addresses; a TCP worker, loopback included, needs mutual TLS.
 
   The PEM files themselves are read by `channel_credentials` (once per pool) or `TLSFiles.read`.
   """
-  parsed = [parse_address(a) for a in addresses]
+  parsed = [parse_target(a) for a in addresses]
   if len(set(parsed)) != len(parsed):
     raise WorkerAddressError(f"workers lists an address twice: {list(addresses)}")
-  exposed = [str(a) for a in parsed if not a.is_loopback]
-  if exposed and tls is None:
+  tcp = [str(a) for a in parsed if isinstance(a, Address)]
+  if tcp and tls is None:
+    where = "every local user" if parse_address(tcp[0]).is_loopback else "anyone on the path"
     raise WorkerTLSError(
-      f"worker {exposed[0]} is not on loopback: give worker_tls (ca, cert, key) to reach it "
-      "over mutual TLS (plaintext would let anyone on the path run code on it)"
+      f"worker {tcp[0]} is a TCP address, where plaintext would let {where} run code on it: "
+      "give worker_tls (ca, cert, key) to reach it over mutual TLS, or serve that worker on a "
+      "Unix socket (fedmf worker --listen unix:PATH; workers: ['unix:PATH'])"
     )
   return parsed

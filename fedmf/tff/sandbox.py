@@ -9,9 +9,11 @@ socket of mode 0600 in a directory of mode 0700 (`netns_bridge.py` forwards the 
 worker's port inside the namespace). Unix sockets are file-system objects: only the user who
 started the run (and root) can connect, and no port of the run is reachable from the network.
 
-Namespaces: as root, `unshare(CLONE_NEWNET)`; as another user, a user namespace with it
-(`CLONE_NEWUSER | CLONE_NEWNET`, where the kernel allows unprivileged user namespaces). Where
-neither is possible, the policy `isolation` decides (docs/security.md):
+Namespaces: with the capabilities CAP_SYS_ADMIN and CAP_NET_ADMIN (root on a host),
+`unshare(CLONE_NEWNET)`; otherwise a user namespace with it (`CLONE_NEWUSER | CLONE_NEWNET`, the
+equivalent of `unshare -U -r -n`, where the kernel and the seccomp profile allow unprivileged user
+namespaces: a non-root user, or a container without added capabilities). Where neither is
+possible, the policy `isolation` decides (docs/security.md):
 
 * `"namespace"` (default): refuse with a one-line error naming the exposure and the ways out;
 * `"none"`: start the worker exposed, as TFF does, and log a warning naming the port.
@@ -67,24 +69,71 @@ def check_policy(policy: str) -> str:
   return policy
 
 
-def _enter_namespace(uid: int, gid: int) -> None:
-  """In the child between fork and exec: a network namespace of its own, dying with the parent."""
-  libc = ctypes.CDLL(None, use_errno=True)
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_EXEC_FAILED = 140  # probe exit codes: errno of unshare, or this + errno of exec
+_CAP_NET_ADMIN = 12
+_CAP_SYS_ADMIN = 21
+
+
+def _has_net_capabilities() -> bool:
+  """CAP_SYS_ADMIN (unshare a network namespace) and CAP_NET_ADMIN (bring its `lo` up), effective."""
+  try:
+    with open("/proc/self/status") as f:
+      line = next(line for line in f if line.startswith("CapEff:"))
+  except (OSError, StopIteration):
+    return False
+  caps = int(line.split()[1], 16)
+  return all(caps >> bit & 1 for bit in (_CAP_NET_ADMIN, _CAP_SYS_ADMIN))
+
+
+def _enter_namespace(uid: int, gid: int, user_namespace: bool) -> None:
+  """In the child between fork and exec: a network namespace of its own, dying with the parent.
+
+  Without the capabilities, through a user namespace in which the caller is root (needed to bring
+  `lo` up), like `unshare -U -r -n`: this needs no capability at all."""
+  libc = _LIBC  # Loaded by the parent: no dynamic loading between fork and exec.
   libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-  if uid == 0:
-    flags = _CLONE_NEWNET
-  else:  # An unprivileged user gets the capability over a new netns through a user namespace.
-    flags = _CLONE_NEWUSER | _CLONE_NEWNET
+  flags = _CLONE_NEWUSER | _CLONE_NEWNET if user_namespace else _CLONE_NEWNET
   if libc.unshare(flags) != 0:
     err = ctypes.get_errno()
     raise OSError(err, os.strerror(err))
-  if uid != 0:  # Map the caller to root of the new user namespace (needed to bring `lo` up).
+  if user_namespace:  # Map the caller to root of the new user namespace.
     with open("/proc/self/setgroups", "w") as f:
       f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
       f.write(f"0 {uid} 1")
     with open("/proc/self/gid_map", "w") as f:
       f.write(f"0 {gid} 1")
+
+
+_DIR_PREFIX = "fedmf-worker-"
+
+
+def remove_stale_directories(tmp: Optional[str] = None) -> list[str]:
+  """Removes this user's `fedmf-worker-PID-*` directories whose PID is gone (a process killed
+  with SIGKILL cannot clean up: the next start does). Returns what it removed."""
+  tmp = tmp or tempfile.gettempdir()
+  removed = []
+  try:
+    names = os.listdir(tmp)
+  except OSError:
+    return removed
+  for name in names:
+    pid = name[len(_DIR_PREFIX) :].split("-", 1)[0]
+    if not name.startswith(_DIR_PREFIX) or not pid.isdigit():
+      continue
+    path = os.path.join(tmp, name)
+    try:
+      if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path):
+        continue
+      os.kill(int(pid), 0)
+      continue  # Alive (or the PID was reused): not ours to remove.
+    except ProcessLookupError:
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+    except OSError:  # PermissionError: another user's live process has that PID.
+      continue
+  return removed
 
 
 _PROBE: Optional[str] = None
@@ -99,20 +148,35 @@ def namespace_unavailable_reason() -> Optional[str]:
       if not sys.platform.startswith("linux"):
         _PROBE = f"network namespaces need Linux (this is {sys.platform})"
       else:
-        uid, gid = os.getuid(), os.getgid()
-        try:
-          subprocess.run(
-            [sys.executable, "-S", "-c", "pass"],
-            preexec_fn=lambda: _enter_namespace(uid, gid),
-            check=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-          )
-          _PROBE = ""
-        except (subprocess.SubprocessError, OSError) as e:
-          _PROBE = f"unshare(network namespace) failed: {e}"
+        _PROBE = _probe_namespace()
     return _PROBE or None
+
+
+def _probe_namespace() -> str:
+  """ "" when a child can enter a network namespace as `IsolatedWorker` makes it; else why not."""
+  uid, gid, userns = os.getuid(), os.getgid(), not _has_net_capabilities()
+  what = "user and network namespace" if userns else "network namespace"
+  python = sys.executable
+  pid = os.fork()
+  if pid == 0:  # The child enters the namespace as a preexec_fn would, then starts python.
+    code = 0
+    try:
+      _enter_namespace(uid, gid, userns)
+      os.execv(python, [python, "-S", "-c", "pass"])
+    except OSError as e:
+      code = (e.errno or 99) + (_EXEC_FAILED if e.filename == python else 0)
+    except BaseException:  # pylint: disable=broad-except
+      code = 255
+    os._exit(min(code, 255))  # pylint: disable=protected-access
+  _, status = os.waitpid(pid, 0)
+  code = os.waitstatus_to_exitcode(status)
+  if code == 0:
+    return ""
+  if code == 255:
+    return f"unshare({what}) failed"
+  if code >= _EXEC_FAILED:
+    return f"{python} cannot be started in a {what}: {os.strerror(code - _EXEC_FAILED)}"
+  return f"unshare({what}) failed: {os.strerror(code)}"
 
 
 class IsolatedWorker:
@@ -134,7 +198,8 @@ class IsolatedWorker:
     extra_env: Optional[Mapping[str, str]] = None,
   ):
     self.policy = check_policy(policy) if policy is not None else default_policy()
-    self._dir = tempfile.mkdtemp(prefix="fedmf-worker-")  # mode 0700
+    remove_stale_directories()
+    self._dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")  # mode 0700
     self._process: Optional[subprocess.Popen] = None
     self.exposed = False
     # The worker inherits this process's environment, plus `extra_env` (fedmf.tff.worker_threads).
@@ -149,8 +214,8 @@ class IsolatedWorker:
         raise WorkerIsolationError(
           f"cannot isolate TFF's worker_binary ({reason}): it would listen without "
           "authentication on every network interface; run as root, allow unprivileged user "
-          "namespaces, or accept the exposure with worker_isolation: none "
-          "(FEDMF_WORKER_ISOLATION=none)"
+          "namespaces (in a container: a seccomp profile that allows unshare, deploy/README.md), "
+          "or accept the exposure with worker_isolation: none (FEDMF_WORKER_ISOLATION=none)"
         )
     except BaseException:
       self.close()
@@ -173,7 +238,7 @@ class IsolatedWorker:
     self, binary: str, worker_args: list[str], log_path: Optional[str], timeout: float
   ) -> str:
     socket_path = os.path.join(self._dir, "worker.sock")
-    uid, gid = os.getuid(), os.getgid()
+    uid, gid, userns = os.getuid(), os.getgid(), not _has_net_capabilities()
     log = self._log_file(log_path)
     try:
       self._process = subprocess.Popen(  # pylint: disable=consider-using-with
@@ -183,7 +248,7 @@ class IsolatedWorker:
         stderr=log,
         close_fds=True,
         env=self._env,
-        preexec_fn=lambda: _enter_namespace(uid, gid),
+        preexec_fn=lambda: _enter_namespace(uid, gid, userns),
       )
     finally:
       if log is not subprocess.DEVNULL:

@@ -13,10 +13,17 @@ whichever worker runs it, so on the same hardware the model is bit-identical wit
 workers, and after a worker is lost midway.
 
 Faults: a chunk that a worker does not finish within `timeout_s`, or whose worker fails or stays
-unreachable for `unreachable_grace_s`, is taken back and given to another worker; the lost worker
-is not used again in this run. When no worker is left, `WorkersLostError` names the lost addresses
-and the round is not released. (TFF itself retries calls to an unreachable worker forever, which is
+unreachable for `unreachable_grace_s`, is taken back and given to another worker, and the worker
+is dropped for the rest of the round. At the start of each later round a dropped worker is asked
+for its health (the standard gRPC health service of `fedmf worker`; a local worker is restarted)
+and used again if it answers SERVING; one that does not is asked again after 10 s, doubling up to
+5 minutes. When no worker is left within a round, `WorkersLostError` names the lost addresses and
+the round is not released. (TFF itself retries calls to an unreachable worker forever, which is
 why the pool keeps its own deadlines.)
+
+`timeout_s` (`worker_timeout_s`) is measured per call, after warm-up: a worker's first call, in
+which TFF compiles the computation and the worker traces it (seconds to minutes for a large
+model), may take `WARMUP_FACTOR` times as long. Unreachability is watched from the first call on.
 """
 
 from __future__ import annotations
@@ -43,8 +50,11 @@ from fedmf.tff.runner import RoundResult, RoundRunner, add_chunk_result
 logger = logging.getLogger("fedmf.workers")
 
 DEFAULT_TIMEOUT_S = 600.0
+WARMUP_FACTOR = 10.0
 _UNREACHABLE_GRACE_S = 5.0
 _POLL_S = 0.2
+_PROBE_FIRST_S = 10.0
+_PROBE_MAX_S = 300.0
 
 
 class WorkersLostError(FedmfRuntimeError):
@@ -55,8 +65,15 @@ class _StubSource:
   """What `context_lib.context_kwargs` needs: `get_stub()`, for a worker reached by address."""
 
   def __init__(self, target: str, credentials):
+    self.target = target
+    self.credentials = credentials
     self.channel = channels.open_channel(target, credentials)
     self.stub = tff.framework.RemoteExecutorGrpcStub(self.channel)
+
+  def healthy(self) -> bool:
+    from fedmf.tff import front  # pylint: disable=g-import-not-at-top
+
+    return front.check_health(self.target, self.credentials)
 
   def get_stub(self):
     return self.stub
@@ -78,6 +95,9 @@ class _Worker:
   thread: concurrent.futures.ThreadPoolExecutor
   lost: Optional[str] = None
   unreachable_since: Optional[float] = None
+  warm: bool = False  # A first call (compilation, tracing) finished on this context.
+  next_probe: float = 0.0
+  probe_wait: float = _PROBE_FIRST_S
 
   @property
   def is_ready(self) -> bool:
@@ -105,32 +125,85 @@ class WorkerPool:
     self.timeout_s = float(timeout_s)
     self.unreachable_grace_s = float(unreachable_grace_s)
     self.workers: list[_Worker] = []
+    self._default_num_clients = default_num_clients
+    self._make_source: dict[str, Callable[[], object]] = {}
     try:
       if isinstance(workers, int):
         if workers < 1:
           raise ValueError(f"workers must be >= 1, got {workers}")
         for i in range(workers):
           log_path = None if log_dir is None else os.path.join(log_dir, f"worker-{i}.log")
-          service = context_lib.WorkerService(-1, log_path, isolation, worker_env)
-          service.get_stub()  # Start now, from this (main) thread.
-          self._add(f"local worker {i}", service, default_num_clients)
+
+          def local(log_path=log_path):
+            service = context_lib.WorkerService(-1, log_path, isolation, worker_env)
+            service.get_stub()  # Start now, from this (main) thread.
+            return service
+
+          self._make_source[f"local worker {i}"] = local
+          self._add(f"local worker {i}", local())
       else:
         channels.check_remote_workers(workers, tls)
-        credentials = None if tls is None else channels.channel_credentials(tls)
         for address in workers:
-          self._add(address, _StubSource(address, credentials), default_num_clients)
+
+          def remote(address=address):
+            # Read at each (re)connection: rotated coordinator certificates are picked up.
+            credentials = None if tls is None else channels.channel_credentials(tls)
+            return _StubSource(address, credentials)
+
+          self._make_source[address] = remote
+          self._add(address, remote())
         self._wait_connected(connect_timeout_s or min(self.timeout_s, 60.0))
     except BaseException:
       self.close()
       raise
     _LIVE.add(self)
 
-  def _add(self, name: str, source, default_num_clients: int) -> None:
+  def _context(self, name: str, source):
     ctx = tff.framework.SyncExecutionContext(
-      **context_lib.context_kwargs(source, default_num_clients)
+      **context_lib.context_kwargs(source, self._default_num_clients)
     )
     thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"fedmf-{name}")
+    return ctx, thread
+
+  def _add(self, name: str, source) -> None:
+    ctx, thread = self._context(name, source)
     self.workers.append(_Worker(name, source, ctx, thread))
+
+  def revive(self) -> list[str]:
+    """Asks each dropped worker whose turn it is for its health; the healthy ones serve again.
+
+    Called at the start of every round (`map_chunks`); returns the names taken back."""
+    back = []
+    now = time.monotonic()
+    for worker in self.workers:
+      if worker.lost is None or now < worker.next_probe:
+        continue
+      source = None
+      try:
+        source = self._make_source[worker.name]()
+        healthy = source.healthy() if isinstance(source, _StubSource) else source.is_ready
+      except Exception:  # pylint: disable=broad-except
+        healthy = False
+      if not healthy:
+        if source is not None:
+          with contextlib.suppress(Exception):
+            source.close()
+        worker.next_probe = time.monotonic() + worker.probe_wait
+        worker.probe_wait = min(worker.probe_wait * 2, _PROBE_MAX_S)
+        continue
+      context_lib.close_executors(worker.context)
+      worker.context, worker.thread = self._context(worker.name, source)
+      worker.source = source
+      logger.warning(
+        "TFF worker %s is back (it answers its health check; dropped for: %s); it takes chunks "
+        "again",
+        worker.name,
+        worker.lost,
+      )
+      worker.lost, worker.unreachable_since, worker.warm = None, None, False
+      worker.next_probe, worker.probe_wait = 0.0, _PROBE_FIRST_S
+      back.append(worker.name)
+    return back
 
   def _wait_connected(self, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
@@ -157,6 +230,7 @@ class WorkerPool:
     if worker.lost is not None:
       return
     worker.lost = reason
+    worker.next_probe = 0.0  # Asked for its health at the next round.
     logger.warning(
       "TFF worker %s lost (%s); its chunks go to the other workers", worker.name, reason
     )
@@ -168,6 +242,8 @@ class WorkerPool:
 
   def map_chunks(self, call: Callable[[object, int], object], count: int) -> list:
     """[call(context, i) for i in range(count)] spread over the live workers, with failover."""
+    if threading.current_thread() is threading.main_thread():
+      self.revive()  # Local workers restart from the main thread only (PR_SET_PDEATHSIG).
     pending = collections.deque(range(count))
     results: dict[int, object] = {}
     running: dict[concurrent.futures.Future, tuple[_Worker, int, float]] = {}
@@ -189,6 +265,7 @@ class WorkerPool:
         worker, index, _ = running.pop(future)
         try:
           results[index] = future.result()
+          worker.warm = True
         except Exception as e:  # pylint: disable=broad-except
           self._lose(worker, _describe(e))
           pending.appendleft(index)
@@ -197,8 +274,14 @@ class WorkerPool:
           worker.unreachable_since = None
         elif worker.unreachable_since is None:
           worker.unreachable_since = now
-        if now - started > self.timeout_s:
-          reason = f"no answer within worker_timeout_s = {self.timeout_s:g} s"
+        limit = self.timeout_s if worker.warm else self.timeout_s * WARMUP_FACTOR
+        if now - started > limit:
+          reason = (
+            f"no answer within worker_timeout_s = {self.timeout_s:g} s"
+            if worker.warm
+            else f"its first call (compilation and tracing) took over {WARMUP_FACTOR:g} x "
+            f"worker_timeout_s = {limit:g} s"
+          )
         elif (
           worker.unreachable_since is not None
           and now - worker.unreachable_since > self.unreachable_grace_s

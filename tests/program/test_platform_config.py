@@ -30,8 +30,8 @@ def _load(tmp_path, text, overrides=()):
 
 def test_workers_as_a_count_or_addresses(tmp_path, certs):
   assert _load(tmp_path, "workers: 3\n").platform.workers == 3
-  c = _load(tmp_path, "workers: ['127.0.0.1:8470', 'localhost:8471']\n")
-  assert c.platform.workers == ("127.0.0.1:8470", "localhost:8471")  # Loopback: plaintext allowed.
+  c = _load(tmp_path, "workers: ['unix:/run/w0.sock', 'unix:///run/w1.sock']\n")
+  assert c.platform.workers == ("unix:/run/w0.sock", "unix:///run/w1.sock")  # No TLS needed.
   tls = f"worker_tls:\n  ca: {certs}/ca.pem\n  cert: {certs}/coordinator.pem\n  key: {certs}/coordinator.key\n"
   c = _load(tmp_path, "workers: ['10.1.2.3:8470', '[fd00::1]:8470']\n" + tls)
   assert c.platform.tls_files.ca == f"{certs}/ca.pem"
@@ -55,9 +55,14 @@ def tls_overrides(certs):
     ("workers: []\n", "non-empty list"),
     ("workers: ['nohost']\n", "must be 'host:port'"),
     ("workers: ['h:99999']\n", "no valid port"),
-    ("workers: [8470]\n", "'host:port' strings"),
+    ("workers: [8470]\n", "'host:port' or 'unix:PATH' strings"),
     ("workers: ['h:1', 'h:1']\n", "twice"),
-    ("workers: ['10.1.2.3:8470']\n", "not on loopback: give worker_tls"),
+    ("workers: ['10.1.2.3:8470']\n", "is a TCP address, where plaintext would let anyone"),
+    # Loopback too: every local user could reach a plaintext worker (issue 35).
+    ("workers: ['127.0.0.1:8470']\n", "let every local user run code on it: give worker_tls"),
+    ("workers: ['localhost:8470']\n", "or serve that worker on a Unix socket"),
+    ("workers: ['unix:relative.sock']\n", "give unix:/ABSOLUTE/PATH"),
+    ("workers: ['unix:/a.sock', 'unix:/a.sock']\n", "twice"),
     ("worker_timeout_s: 0\n", "worker_timeout_s must be a finite number > 0"),
     ("worker_isolation: open\n", "worker_isolation must be one of"),
     ("clients_per_call: 0\n", "clients_per_call must be an integer >= 1"),
