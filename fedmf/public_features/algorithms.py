@@ -303,7 +303,7 @@ def train(
       raise _diverged(algorithm, step) from None
     row = {"step": step, "seconds": elapsed}
     for part in ("validation", "test"):
-      row.update(evaluation.evaluate(dataset, model, part, hyper.reg_user))
+      row.update(evaluation.evaluate(dataset, model, part, hyper.reg_user, hyper.reg_user_bias))
     metrics.append(row)
     if progress:
       progress(row)

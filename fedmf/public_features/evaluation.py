@@ -50,10 +50,16 @@ def recall_at_k(
   return float(np.mean(hits / np.minimum(k, sizes)))
 
 
-def evaluate(dataset: Dataset, model: model_lib.Model, part: str, reg_user: float = 1.0) -> dict:
+def evaluate(
+  dataset: Dataset,
+  model: model_lib.Model,
+  part: str,
+  reg_user: float = 1.0,
+  reg_user_bias: float = 1.0,
+) -> dict:
   """`{part}_rmse` (rating protocols) and/or `{part}_recall_at_20` (held-out users; also on the
   synthetic data) on `part` = 'validation' or 'test'. Held-out users compute their embedding from
-  their history with the released item side (UserUpdate, λ_u = `reg_user`)."""
+  their history with the released item side (UserUpdate, λ_u = `reg_user`, λ_c = `reg_user_bias`)."""
   heldout = getattr(dataset, part)
   off = dataset.rating_offset
   out = {}
@@ -73,7 +79,7 @@ def evaluate(dataset: Dataset, model: model_lib.Model, part: str, reg_user: floa
     off,
     model.bias_scale,
     reg_user,
-    1.0,
+    reg_user_bias,
   )
   users = np.unique(np.concatenate([history.users, heldout.target.users]))
   out[f"{part}_recall_at_20"] = recall_at_k(
