@@ -29,26 +29,28 @@ from fedmf.public_features import algorithms
 GRIDS: dict[str, dict[str, tuple]] = {
   "am-ssp": {
     "item_id": (False, True),
-    "clip_user": (0.25, 0.5, 1.0),
+    "clip_user": (0.25, 1.0),
     "outer_steps": (1, 2),
+    "reg_noise": (1.0, 10.0),
   },
   "dp-als": {
-    "clip_user": (0.5, 1.0),
-    "reg_noise": (1.0, 3.0, 10.0),
-    "outer_steps": (1, 3),
+    "clip_user": (0.25, 1.0),
+    "outer_steps": (1, 2),
+    "reg_noise": (1.0, 10.0),
   },
   "dp-cmf": {
-    "cmf_weight": (10.0, 30.0, 100.0),
-    "reg_noise": (3.0, 10.0),
-    "outer_steps": (1, 3),
+    "cmf_weight": (10.0, 100.0),
+    "outer_steps": (1, 2),
+    "reg_noise": (1.0, 10.0),
   },
   "dp-bias": {
-    "reg_noise": (1.0, 3.0, 10.0),
     "reg_item": (1.0, 10.0),
+    "outer_steps": (1, 2),
+    "reg_noise": (1.0, 10.0),
   },
   "am-dpsgd": {
+    "item_id": (False, True),
     "dpsgd_learning_rate": (0.3, 1.0),
-    "outer_steps": (1, 2),
   },
 }
 
