@@ -17,7 +17,7 @@ Sections (every ratio is against `tff-gaussian-fixed` measured in the same proce
                                 (computed on the host) as its state
             split-<mech>        fedmf's own path (`fedmf simulate`): the federated part in TFF
                                 (`fedmf.tff.rounds`, weights in, clipped sum out), the noise on the
-                                host (`fedmf.program.server.HostNoise`, computed during the TFF
+                                host (`fedmf.tff.host_noise.HostNoise`, computed during the TFF
                                 call) and the DP mean and server SGDM in numpy (`server_update`)
           Split arms also report their parts: the TFF call, the wait for the noise, the update.
   noise   the host noise alone (no TFF), one subprocess per mechanism (so its peak RSS is its
@@ -132,15 +132,14 @@ def _bound_seconds(buffers) -> float:
 
 def noise_child(mech: str, rounds: int, model: dict) -> dict:
   """One mechanism's host noise, timed in this (fresh) process."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 
   from fedmf.mf import strategies as st  # pylint: disable=g-import-not-at-top
   from fedmf.mf import streaming  # pylint: disable=g-import-not-at-top
-  from fedmf.program import server  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import host_noise  # pylint: disable=g-import-not-at-top
 
   shapes = _shapes(model)
   rss_start = _status_mib('VmRSS:')
-  host = server.HostNoise(st.load_strategy(strategy(mech)).noise_stream(N_ROUNDS), shapes, SEED)
+  host = host_noise.HostNoise(st.load_strategy(strategy(mech)).noise_stream(N_ROUNDS), shapes, SEED)
   warm = 64 if mech == 'tree' else 1
   if mech == 'tree':
     rounds = max(rounds, 64)  # Rounds 64..127: heights 0..6, 2 draws a round on average.
@@ -302,10 +301,10 @@ class _SplitArm:
 def _client_data(clients, batches, batch_size, vocab, seed=0):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+  from fedmf.tasks import model_sizes  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(seed)
-  classes = models.num_classes(vocab)
+  classes = model_sizes.num_classes(vocab)
   out = []
   for _ in range(clients):
     tokens = rng.integers(1, classes, size=(batches * batch_size, SEQ_LEN + 1), dtype=np.int32)
@@ -320,9 +319,9 @@ def _build_arm(name, model, shapes, model_fn, runner):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from fedmf.mf import strategies as st  # pylint: disable=g-import-not-at-top
-  from fedmf.program import server  # pylint: disable=g-import-not-at-top
   from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
   from fedmf.tff import build_dp_aggregator  # pylint: disable=g-import-not-at-top
+  from fedmf.tff import host_noise  # pylint: disable=g-import-not-at-top
 
   factories = tff.aggregators.DifferentiallyPrivateFactory
   if name == 'tff-gaussian-fixed':
@@ -347,7 +346,7 @@ def _build_arm(name, model, shapes, model_fn, runner):
   if kind == 'split':
     weights = models.initial_weights(model['preset'], model['vocab'], SEQ_LEN, seed=0)
     stream = st.load_strategy(strategy(mech)).noise_stream(N_ROUNDS)
-    noise = server.HostNoise(stream, shapes, SEED, overlap=True)
+    noise = host_noise.HostNoise(stream, shapes, SEED, overlap=True)
     return _SplitArm(name, runner, weights, noise)
   raise ValueError(f'unknown arm {name!r}')
 

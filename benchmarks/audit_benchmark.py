@@ -135,7 +135,15 @@ class _Timer:
 
 
 def worker_audit(path: str, rounds: int) -> dict:
-  from fedmf.privacy import accounting, audit, curve, log_reader, participation_log  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import (
+    accounting,
+    audit,
+    curve,
+    log_reader,
+    log_scan,
+    log_statistics,
+    participation_log,
+  )  # pylint: disable=g-import-not-at-top
 
   rss_before = _rss_mb()
   timer = _Timer()
@@ -146,11 +154,11 @@ def worker_audit(path: str, rounds: int) -> dict:
   participation_log.ClientIndex.codes = timer.function(
     "read: client ids -> codes", participation_log.ClientIndex.codes
   )
-  audit.LogScan.update = timer.function("scan: LogScan.update", audit.LogScan.update)
-  audit.LogScan.finish = timer.function(
-    "finish: statistics + listing violations", audit.LogScan.finish
+  log_scan.LogScan.update = timer.function("scan: LogScan.update", log_scan.LogScan.update)
+  log_scan.LogScan.finish = timer.function(
+    "finish: statistics + listing violations", log_scan.LogScan.finish
   )
-  scan_log = timer.function("log (read + scan + finish), wall", audit.scan_log)
+  scan_log = timer.function("log (read + scan + finish), wall", log_statistics.statistics_of_file)
 
   def scan_log_with_cpu(*args, **kwargs):
     c = _cpu()
@@ -159,7 +167,7 @@ def worker_audit(path: str, rounds: int) -> dict:
     finally:
       timer.add("log (read + scan + finish), cpu of all threads", _cpu() - c)
 
-  audit.scan_log = scan_log_with_cpu
+  log_statistics.statistics_of_file = scan_log_with_cpu
   calls = {"sensitivity": 0}
   # The evaluations themselves (a cache hit never reaches them): the strategy caches its values.
   from fedmf.mf.strategy import Strategy  # pylint: disable=import-outside-toplevel

@@ -6,7 +6,7 @@ min-separation b (least gap between a client's consecutive distinct rounds) and 
 k, the number of distinct gaps. Compared, against a plain ``pyarrow.csv.read_csv`` of the file timed
 in the same run:
 
-* ``fedmf``: ``fedmf.privacy.audit.scan_log`` as it is (numpy hash table ``ClientIndex`` and the
+* ``fedmf``: ``fedmf.privacy.log_statistics.statistics_of_file`` as it is (numpy hash table ``ClientIndex`` and the
   vectorized ``LogScan``, streamed over pyarrow batches; it also lists violations and per-round
   prefixes, which the others here do not);
 * ``polars``: a lazy query (streaming engine) over ``scan_csv``: group by (client, round), then per
@@ -62,9 +62,9 @@ def run_read(path: str) -> dict:
 
 
 def run_fedmf(path: str) -> dict:
-  from fedmf.privacy import audit
+  from fedmf.privacy import log_statistics
 
-  s, _ = audit.scan_log(path, min_sep=150, max_participations=10)
+  s, _ = log_statistics.statistics_of_file(path, min_sep=150, max_participations=10)
   return {
     "rows": s.log_rows,
     "participations": s.participations,
@@ -303,7 +303,7 @@ if numba is not None:
 # What each engine imports before it runs (timed apart: a fixed cost, not a per-row one).
 IMPORTS = {
   "read": "pyarrow.csv",
-  "fedmf": "fedmf.privacy.audit",
+  "fedmf": "fedmf.privacy.log_statistics",
   "polars": "polars",
   "duckdb": "duckdb",
   "numba": "pyarrow.csv",  # numba itself is imported with this module (the kernel's definition).

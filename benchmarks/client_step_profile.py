@@ -95,13 +95,13 @@ def main(argv=None) -> int:
   if args.threads:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-  from fedmf.tasks import models
+  from fedmf.tasks import model_sizes
 
-  spec = models.PRESETS[args.model]
+  spec = model_sizes.PRESETS[args.model]
   e, h, v, b, t = (
     spec.embedding_size,
     spec.lstm_size,
-    models.num_classes(args.vocab),
+    model_sizes.num_classes(args.vocab),
     args.batch,
     LENGTH,
   )

@@ -66,21 +66,20 @@ def _cpu_seconds() -> float:
 
 def _measure(overrides: list[str], hosts, rounds: int, worker_pids=()) -> dict:
   """Builds the run on the configured platform and times `rounds` rounds after one warm-up."""
-  from fedmf.program import loop, platform  # pylint: disable=import-outside-toplevel
+  from fedmf.program import platform, training_run  # pylint: disable=import-outside-toplevel
   from fedmf.program.config import load_config  # pylint: disable=import-outside-toplevel
 
   config = load_config(None, overrides)
   with platform.execution(config) as pool:
-    run = loop.build_run(config)
-    platform.attach(run, pool)
-    loop.train_round(run, loop.draw_cohort(run, 0))  # warm-up: tracing, first calls
+    run = training_run.build_run(config, pool=pool)
+    training_run.train_round(run, training_run.draw_cohort(run, 0))  # warm-up: tracing, first calls
     before = [_link_bytes(h.link) for h in hosts]
     workers_cpu0 = sum(_tree_cpu_seconds(p) for p in worker_pids)
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
     walls = []
     for r in range(1, rounds + 1):
       start = time.perf_counter()
-      loop.train_round(run, loop.draw_cohort(run, r))
+      training_run.train_round(run, training_run.draw_cohort(run, r))
       walls.append(time.perf_counter() - start)
     elapsed, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     after = [_link_bytes(h.link) for h in hosts]

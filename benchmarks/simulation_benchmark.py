@@ -11,7 +11,7 @@ Two measurements, both on synthetic next-word data shaped like the papers' Stack
              (forward + backward = 3 × forward per token) and the matmul rate measured in the same
              process before and after each round (their mean sets the round's compute limit),
              i.e. how far the round is from the compute limit.
-  vs-fedavg  fedmf's round (`fedmf.program.loop.train_round`: federated part + noise + server step)
+  vs-fedavg  fedmf's round (`fedmf.program.training_run.train_round`: federated part + noise + server step)
              for each mechanism against a plain `tff.learning.algorithms.build_unweighted_fed_avg`
              loop without DP (client SGD, server SGD momentum 0.95, both --learning-rate) on the same model
              (the same FunctionalModel and dataset-iterator client loop as fedmf's),
@@ -95,12 +95,15 @@ def so_round(args, task) -> None:
   from fedmf.mf import strategies
   from fedmf.mf.schema import ParticipationSchema
   from fedmf.program import server
-  from fedmf.tasks import models
+  from fedmf.tff import host_noise
+  from fedmf.tasks import model_sizes
   from fedmf.tff.rounds import build_client_round
   from fedmf.tff.runner import RoundRunner
 
-  spec = models.PRESETS[args.model]
-  per_token = flops_per_token(spec.embedding_size, spec.lstm_size, models.num_classes(args.vocab))
+  spec = model_sizes.PRESETS[args.model]
+  per_token = flops_per_token(
+    spec.embedding_size, spec.lstm_size, model_sizes.num_classes(args.vocab)
+  )
   tokens = args.sentences * 20
   round_flops = per_token * tokens * args.clients
   weights = task.initial_weights(0)
@@ -121,7 +124,7 @@ def so_round(args, task) -> None:
     else None
   )
   stream = (bandmf or strategies.load_strategy({"mechanism": "dpsgd"})).noise_stream(args.n)
-  noise = server.HostNoise(stream, shapes, seed=1)
+  noise = host_noise.HostNoise(stream, shapes, seed=1)
   state = server.initial_server_state(weights)
   datasets = [task.client_dataset(i) for i in range(args.clients)]
   # The machine's speed moves by up to a third from minute to minute (a shared 2-core VM;
@@ -130,7 +133,7 @@ def so_round(args, task) -> None:
   rate = matmul_rate()
   print(
     f"so-round: {args.clients} clients × {args.sentences} sentences × 20 tokens, {args.model} "
-    f"({models.count_params(args.model, args.vocab):,} parameters); "
+    f"({model_sizes.count_params(args.model, args.vocab):,} parameters); "
     f"{per_token / 1e6:.2f} MFLOP per token, {per_token * tokens / 1e9:.1f} GFLOP per client, "
     f"{round_flops / 1e12:.2f} TFLOP per round; matmul rate now {rate / 1e9:.1f} GFLOP/s "
     f"-> compute limit {round_flops / rate:.1f} s; load {os.getloadavg()[0]:.2f}",
@@ -159,7 +162,7 @@ def so_round(args, task) -> None:
 def vs_fedavg(args, task, worker_pid=None) -> None:
   import tensorflow_federated as tff
 
-  from fedmf.program import loop
+  from fedmf.program import training_run
   from fedmf.program.config import load_config
 
   clients = list(range(args.vs_clients))
@@ -195,7 +198,7 @@ def vs_fedavg(args, task, worker_pid=None) -> None:
         "cooldown_fraction=0",
       ],
     )
-    runs[mechanism] = loop.build_run(config, task=task)
+    runs[mechanism] = training_run.build_run(config, task=task)
   from fedmf.participation import Cohort
 
   times = {name: [] for name in ["tff-fedavg", *runs]}
@@ -214,7 +217,7 @@ def vs_fedavg(args, task, worker_pid=None) -> None:
     for name, run in runs.items():
       cohort = Cohort(round=r, clients=np.array(clients))
       cpu.start()
-      record = loop.train_round(run, cohort)
+      record = training_run.train_round(run, cohort)
       if r:
         times[name].append(record.round_seconds)
         cpus[name].append(cpu.seconds())

@@ -1,19 +1,26 @@
 """Every `fedmf` run of the test suite has its output checked for what a user must never see
 (issue 13): Python's `None`, and carriage returns (progress bars) when the stream is not a terminal.
 
-`fedmf.cli.main.main` is wrapped before any test module imports it, so in-process runs (capsys,
-redirect_stdout) are checked when they return; `subprocess.run` of the console script or of
-`python -m fedmf.cli.main` is checked too. A problem fails the test that ran the command.
+For each test, an autouse fixture wraps `fedmf.cli.main.main` (so in-process runs through
+`cli_main.main(...)` or `tests.helpers`, with capsys or redirect_stdout, are checked when they
+return) and `subprocess.run` (runs of the console script or of `python -m fedmf.cli.main`), and
+restores both after the test (pytest's monkeypatch). A problem fails the test that ran the command.
+Test modules call `cli_main.main` through the module, never a `main` imported by name, which
+would miss the check.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import subprocess
 import sys
 
+import pytest
+
 from fedmf.cli import main as cli_main
+from fedmf.mf import resources
 
 _NONE = re.compile(r"\bNone\b")
 # Every checked run: (argv, problems). tests/test_cli_output.py makes sure the check runs.
@@ -60,10 +67,7 @@ class _Tee(io.TextIOBase):
     return getattr(self.target, "encoding", "utf-8")
 
 
-_real_main = cli_main.main
-
-
-def _checked_main(argv=None):
+def checked_main(_real_main, argv=None):
   out, err = _Tee(sys.stdout), _Tee(sys.stderr)
   sys.stdout, sys.stderr = out, err
   failed = True
@@ -84,11 +88,6 @@ def _checked_main(argv=None):
       raise AssertionError(f"fedmf {' '.join(map(str, argv or []))}: " + "; ".join(problems))
 
 
-cli_main.main = _checked_main
-
-_real_run = subprocess.run
-
-
 def _is_fedmf(cmd) -> bool:
   if isinstance(cmd, (str, bytes)):
     return False
@@ -96,7 +95,7 @@ def _is_fedmf(cmd) -> bool:
   return "fedmf.cli.main" in args or any(a.endswith("/fedmf") for a in args[:1])
 
 
-def _checked_run(*args, **kwargs):
+def checked_run(_real_run, *args, **kwargs):
   proc = _real_run(*args, **kwargs)
   cmd = args[0] if args else kwargs.get("args")
   if _is_fedmf(cmd) and isinstance(proc.stdout, str) and isinstance(proc.stderr, str):
@@ -108,4 +107,17 @@ def _checked_run(*args, **kwargs):
   return proc
 
 
-subprocess.run = _checked_run
+@pytest.fixture(autouse=True)
+def checked_cli_output(monkeypatch):
+  """Checks every fedmf run of the test (in process and by subprocess); restored afterwards."""
+  monkeypatch.setattr(cli_main, "main", functools.partial(checked_main, cli_main.main))
+  monkeypatch.setattr(subprocess, "run", functools.partial(checked_run, subprocess.run))
+
+
+@pytest.fixture(autouse=True)
+def _no_wall_clock_limit(monkeypatch):
+  """In-process commands are not stopped by the --max-seconds clock (fedmf.mf.resources.clock,
+  frozen here): on a loaded machine a test's command may take minutes of wall time, and only
+  tests/test_max_seconds.py, which sets a clock of its own, is about that limit. The estimates
+  (refusals before work) are unchanged."""
+  monkeypatch.setattr(resources, "clock", lambda: 0.0)

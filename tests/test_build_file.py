@@ -58,8 +58,33 @@ def test_every_test_file_is_a_py_test_run_by_pytest():
   for rel in tests:
     block = re.search(r'py_test\((?:(?!\n\)).)*?args = \[\s*"' + re.escape(rel) + r'"', text, re.S)
     assert block, f"no py_test runs {rel}"
-  assert text.count("py_test(") == len(tests)
+  libraries = re.findall(r'py_library\(\s*name = "(\w+)"', text)
+  packages = [name for name in libraries if name not in ("test_utils", "bazel_pytest")]
+  # One py_test per test file, plus one import check per fedmf library (tools/bazel_imports.py).
+  assert text.count("py_test(") == len(tests) + len(packages)
   assert text.count('main = "tools/bazel_pytest.py"') == len(tests)
+  for name in packages:
+    block = re.search(r'py_test\(\s*name = "' + name + r'_imports",(?:(?!\n\)).)*', text, re.S)
+    assert block, f"no import check of :{name}"
+    assert 'main = "tools/bazel_imports.py"' in block.group(0)
+    assert f'deps = [\n        ":{name}",\n    ]' in block.group(0)  # Its library alone.
+    assert '"ci"' in block.group(0)
+
+
+def test_ci_runs_what_only_bazel_checks():
+  """Issue 38 item 21: `python3 dev.py bazel` (CI) builds every target and runs the tests tagged
+  ci, a representative set, instead of the whole suite a second time."""
+  import importlib.util
+
+  text = (ROOT / "BUILD").read_text()
+  tagged = re.findall(r'args = \[\s*"(tests/[^"]+)",(?:(?!\n\)).)*?"ci"', text, re.S)
+  spec = importlib.util.spec_from_file_location("update_build", ROOT / "tools" / "update_build.py")
+  update_build = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(update_build)
+  assert sorted(tagged) == sorted(update_build.CI_TESTS)
+  assert all((ROOT / rel).is_file() for rel in update_build.CI_TESTS)
+  dev = (ROOT / "dev.py").read_text()
+  assert '"--test_tag_filters=ci", "--", "//..."' in dev
 
 
 def _write(root: Path, rel: str, text: str = "") -> None:
@@ -105,3 +130,34 @@ def test_generator_refuses_an_import_cycle(tmp_path, monkeypatch):
   monkeypatch.setattr(gen, "ROOT", tmp_path)
   with pytest.raises(SystemExit, match="import cycle"):
     gen.render()
+
+
+def test_test_sizes_come_from_measured_durations():
+  gen = _generator()
+  report = textwrap.dedent(
+    """\
+    ============================= slowest durations =============================
+    12.34s call     tests/mf/test_tree.py::test_x[3]
+    0.50s setup    tests/mf/test_tree.py::test_x[3]
+    0.01s teardown tests/mf/test_tree.py::test_y
+    150.00s call     tests/program/test_train.py::test_resume
+    (3 durations < 0.005s hidden.  Use -vv to show these durations.)
+    """
+  )
+  assert gen.parse_durations(report) == pytest.approx(
+    {"tests/mf/test_tree.py": 12.85, "tests/program/test_train.py": 150.0}
+  )
+  # The least size whose timeout covers three times the measured time; unmeasured: large.
+  assert [gen.size_of(t) for t in (12.85, 20.0, 21.0, 150.0, 301.0, None)] == [
+    "small",
+    "small",
+    "medium",
+    "large",
+    "enormous",
+    "large",
+  ]
+  durations = gen.load_durations()
+  text = (ROOT / "BUILD").read_text()
+  for rel, seconds in durations.items():
+    name = rel[len("tests/") : -3].replace("/", "_")
+    assert f'name = "{name}",\n    size = "{gen.size_of(seconds)}"' in text, name

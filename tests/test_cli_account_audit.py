@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from fedmf.privacy import participation_log
-from fedmf.cli.main import main
+from fedmf.cli import main as cli_main
 
 BLT400 = {
   "mechanism": "blt",
@@ -34,7 +34,7 @@ def files(tmp_path):
 def test_account_json_and_calibrate(files, capsys):
   s, _ = files
   assert (
-    main(
+    cli_main.main(
       [
         "account",
         str(s),
@@ -57,7 +57,7 @@ def test_account_json_and_calibrate(files, capsys):
   assert round(out["epsilon"], 2) == 3.46 and 0.15 < out["rho"] <= 0.16
   assert out["sensitivity_method"] == "exact"
   assert (
-    main(
+    cli_main.main(
       [
         "account",
         str(s),
@@ -78,14 +78,17 @@ def test_account_json_and_calibrate(files, capsys):
   )
   out = json.loads(capsys.readouterr().out)
   assert out["noise_multiplier"] == pytest.approx(7.379, abs=0.01) and out["epsilon"] <= 3.46
-  assert main(["account", str(s), "--n", "100", "--noise-multiplier", "5", "--delta", "1e-6"]) == 0
+  assert (
+    cli_main.main(["account", str(s), "--n", "100", "--noise-multiplier", "5", "--delta", "1e-6"])
+    == 0
+  )
   assert "epsilon" in capsys.readouterr().out
 
 
 def test_audit_json_and_report(files, capsys, tmp_path):
   s, log = files
   assert (
-    main(
+    cli_main.main(
       [
         "audit",
         str(log),
@@ -112,7 +115,7 @@ def test_audit_json_and_report(files, capsys, tmp_path):
   assert "warning" in cap.err
   assert (tmp_path / "rep" / "report.md").exists()
   assert (
-    main(
+    cli_main.main(
       [
         "audit",
         str(log),
@@ -143,7 +146,7 @@ def test_audit_json_and_report(files, capsys, tmp_path):
 def test_audit_bad_values_exit_2(files, capsys, argv_tail, match):
   s, log = files
   with pytest.raises(SystemExit) as e:
-    main(["audit", str(log), "--strategy", str(s)] + argv_tail)
+    cli_main.main(["audit", str(log), "--strategy", str(s)] + argv_tail)
   assert e.value.code == 2
   assert match in capsys.readouterr().err
 
@@ -166,7 +169,7 @@ def test_audit_user_errors_one_line(files, capsys, tmp_path):
     ([str(log), "--strategy", str(tmp_path / "nostrategy.json")], ""),
   ]
   for args, match in cases:
-    rc = main(["audit"] + args + ["--noise-multiplier", "1", "--delta", "1e-6"])
+    rc = cli_main.main(["audit"] + args + ["--noise-multiplier", "1", "--delta", "1e-6"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("fedmf audit: error:") and match in err[0]

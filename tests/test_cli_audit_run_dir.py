@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.cli.main import main
+from fedmf.cli import main as cli_main
 from fedmf.mf import strategies
-from fedmf.privacy import audit, participation_log
+from fedmf.privacy import audit, log_statistics, participation_log
 
 BLT = {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]}
 SIGMA, DELTA, ROUNDS, MIN_SEP = 3.0, 1e-6, 12, 3
@@ -64,7 +64,7 @@ def make_run(
 
 
 def _run(capsys, *argv):
-  code = main(["audit", *map(str, argv)])
+  code = cli_main.main(["audit", *map(str, argv)])
   out, err = capsys.readouterr()
   assert "Traceback" not in err
   return code, out, err
@@ -230,7 +230,7 @@ def test_no_dp_states_no_guarantee_and_no_epsilon(tmp_path, capsys):
 def test_report_refusals_come_before_any_work(tmp_path, capsys, monkeypatch):
   run = make_run(tmp_path / "run")
   calls = []
-  monkeypatch.setattr(audit, "scan_log", lambda *a, **k: calls.append(1))
+  monkeypatch.setattr(log_statistics, "statistics_of_file", lambda *a, **k: calls.append(1))
   # An existing file.
   target = tmp_path / "report.txt"
   target.write_text("keep me")

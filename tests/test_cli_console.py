@@ -13,7 +13,7 @@ from fedmf.cli import main as cli_main
 from fedmf.cli import simulate as simulate_cli
 from fedmf.cli import strategy as strategy_cli
 from fedmf.mf import strategies
-from fedmf.mf.strategy import StrategyError
+from fedmf.mf.checks import StrategyError
 
 TINY = [
   "task=synthetic",
@@ -82,11 +82,13 @@ def test_optimizer_progress_is_plain_lines_when_not_a_terminal(monkeypatch):
     bar({"loss": 1.5 / (i + 1), "iteration": i})
   bar.close()
   lines = stream.getvalue().splitlines()
-  assert lines == [
-    "optimize bandmf: step 1/100  loss 1.5",
-    "optimize bandmf: step 2/100  loss 0.75",
-    "optimize bandmf: step 3/100  loss 0.5",
+  assert [line.split("  elapsed")[0] for line in lines] == [
+    "optimize bandmf: steps 1/100 done",
+    "optimize bandmf: steps 2/100 done",
+    "optimize bandmf: steps 3/100 done",
   ]
+  assert [line.split("  ")[-1] for line in lines] == ["loss 1.5", "loss 0.75", "loss 0.5"]
+  assert all(" ETA at most " in line for line in lines)  # It may converge before step 100.
   assert "\r" not in stream.getvalue()
 
 

@@ -112,3 +112,38 @@ def test_simulate_does_not_suggest_a_flag_it_does_not_have(tmp_path, capsys):
   assert code == 2 and len(lines) == 1 and "noise_multiplier" in lines[0], err
   assert "--accountant" not in err  # a flag simulate does not have
   assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+  "settings, expected",
+  [
+    # Issue 38 item 12: refused after 26-60 s (TensorFlow, then the data) before.
+    (["vocab_size=700000000"], "training lstm-small at vocab_size 700000000 needs about 11.9 TiB"),
+    # Item 13: cyclic Poisson sampling that cannot work, refused after 74 s and 32 s before.
+    (
+      [
+        "participation.model=cyclic-poisson",
+        "participation.partitions=5",
+        "participation.sampling_probability=0.5",
+      ],
+      "expected cohort q·num_clients/partitions = 200 devices, but clients_per_round is 20: set "
+      "clients_per_round to 200, or participation.sampling_probability to 0.05",
+    ),
+    (
+      ["participation.model=cyclic-poisson", "participation.partitions=100000"],
+      "needs num_clients >= groups × clients_per_round = 2000000, got 2000: lower "
+      "participation.partitions to at most 100",
+    ),
+  ],
+)
+@pytest.mark.parametrize("command", ["simulate", "train"])
+def test_runs_that_cannot_work_are_refused_before_tensorflow_and_data(
+  tmp_path, command, settings, expected
+):
+  where = ["--out", tmp_path / "o"] if command == "simulate" else ["--root", tmp_path / "r"]
+  args = [command, *where]
+  for setting in settings:
+    args += ["--set", setting]
+  line = _refused(*args)
+  assert expected in line, line
+  assert not (tmp_path / "o").exists() and not (tmp_path / "r").exists()

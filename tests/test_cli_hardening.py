@@ -11,29 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.cli import main as cli
 from fedmf.mf import dpsgd, evaluation, strategies as st
+from tests.helpers import one_line_error, run_cli
 
 P = ["--n", "24", "--min-sep", "4", "--max-participations", "3"]
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(capsys, argv):
-  try:
-    code = cli.main(argv)
-  except SystemExit as e:  # argparse usage errors
-    code = e.code
-  out, err = capsys.readouterr()
-  return code, out, err
-
-
-def _one_line_error(code, err, *needles):
-  lines = err.strip().splitlines()
-  assert code == 2 and len(lines) == 1, err
-  assert "Traceback" not in err
-  for needle in needles:
-    assert needle in lines[0], lines[0]
-  return lines[0]
 
 
 def _optimize(out, *extra):
@@ -41,8 +23,8 @@ def _optimize(out, *extra):
 
 
 def test_out_pointing_at_a_directory_leaves_nothing(tmp_path, capsys):
-  code, _, err = _run(capsys, _optimize(tmp_path))
-  _one_line_error(code, err, "--out", "is a directory")
+  code, _, err = run_cli(capsys, *_optimize(tmp_path))
+  one_line_error(code, None, err, "--out", "is a directory")
   assert list(tmp_path.iterdir()) == []
   assert not Path(str(tmp_path) + ".tmp").exists()
 
@@ -50,10 +32,10 @@ def test_out_pointing_at_a_directory_leaves_nothing(tmp_path, capsys):
 def test_out_existing_needs_force(tmp_path, capsys):
   target = tmp_path / "s.json"
   target.write_text("keep me")
-  code, _, err = _run(capsys, _optimize(target))
-  _one_line_error(code, err, "--out", "exists; pass --force")
+  code, _, err = run_cli(capsys, *_optimize(target))
+  one_line_error(code, None, err, "--out", "exists; pass --force")
   assert target.read_text() == "keep me"
-  code, _, err = _run(capsys, _optimize(target, "--force", "--no-progress"))
+  code, _, err = run_cli(capsys, *_optimize(target, "--force", "--no-progress"))
   assert code == 0, err
   assert json.loads(target.read_text())["mechanism"] == "dpsgd"
   assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
@@ -61,13 +43,15 @@ def test_out_existing_needs_force(tmp_path, capsys):
 
 @pytest.mark.parametrize("seed", ["-1", str(2**64), str(2**130), "1.5", "0x10"])
 def test_optimizer_seed_must_fit_64_bits(tmp_path, capsys, seed):
-  code, _, err = _run(capsys, _optimize(tmp_path / "s.json", "--seed", seed))
-  _one_line_error(code, err, "--seed", "[0, 2^64)")
+  code, _, err = run_cli(capsys, *_optimize(tmp_path / "s.json", "--seed", seed))
+  one_line_error(code, None, err, "--seed", "[0, 2^64)")
 
 
 def test_largest_seed_is_accepted(tmp_path, capsys):
   args = ["strategy", "optimize", "--mechanism", "blt", "--buffers", "1", *P, "--no-progress"]
-  code, _, err = _run(capsys, args + ["--seed", str(2**64 - 1), "--out", str(tmp_path / "b.json")])
+  code, _, err = run_cli(
+    capsys, *args + ["--seed", str(2**64 - 1), "--out", str(tmp_path / "b.json")]
+  )
   assert code == 0, err
 
 
@@ -104,8 +88,8 @@ def test_largest_seed_is_accepted(tmp_path, capsys):
   ],
 )
 def test_usage_errors_are_one_line(capsys, argv, needles):
-  code, _, err = _run(capsys, argv)
-  line = _one_line_error(code, err, *needles)
+  code, _, err = run_cli(capsys, *argv)
+  line = one_line_error(code, None, err, *needles)
   assert len(line) < 300
 
 
@@ -117,9 +101,9 @@ def _write(tmp_path, obj):
 
 def test_evaluate_refuses_work_it_cannot_finish(tmp_path, capsys):
   dpsgd_file = _write(tmp_path, {"mechanism": "dpsgd"})
-  code, out, err = _run(
+  code, out, err = run_cli(
     capsys,
-    [
+    *[
       "strategy",
       "evaluate",
       dpsgd_file,
@@ -131,7 +115,7 @@ def test_evaluate_refuses_work_it_cannot_finish(tmp_path, capsys):
       "1",
     ],
   )
-  _one_line_error(code, err, "n=1000000000000000000", "EiB", "limit of 4 GiB", "--max-memory")
+  one_line_error(code, None, err, "n=1000000000000000000", "EiB", "limit of 4 GiB", "--max-memory")
   assert out == ""
   tree = _write(tmp_path, {"mechanism": "tree"})
 
@@ -149,13 +133,13 @@ def test_evaluate_refuses_work_it_cannot_finish(tmp_path, capsys):
       *flags,
     ]
 
-  code, _, err = _run(capsys, evaluate_tree(10_000))
-  _one_line_error(code, err, "dense 10000×19995 tree decoder", "limit of 4 GiB")
-  code, _, err = _run(capsys, evaluate_tree(24, "--max-seconds", "1e-6"))
-  _one_line_error(code, err, "above the limit of 1e-06 s", "--max-seconds")
-  code, _, err = _run(capsys, evaluate_tree(24, "--max-memory", "1e-6"))
-  _one_line_error(code, err, "above the limit of 1.05 KiB", "--max-memory")
-  code, out, err = _run(capsys, evaluate_tree(24, "--max-memory", "1", "--max-seconds", "60"))
+  code, _, err = run_cli(capsys, *evaluate_tree(10_000))
+  one_line_error(code, None, err, "dense 10000×19995 tree decoder", "limit of 4 GiB")
+  code, _, err = run_cli(capsys, *evaluate_tree(24, "--max-seconds", "1e-6"))
+  one_line_error(code, None, err, "above the limit of 1e-06 s", "--max-seconds")
+  code, _, err = run_cli(capsys, *evaluate_tree(24, "--max-memory", "1e-6"))
+  one_line_error(code, None, err, "above the limit of 1.05 KiB", "--max-memory")
+  code, out, err = run_cli(capsys, *evaluate_tree(24, "--max-memory", "1", "--max-seconds", "60"))
   assert code == 0 and "sensitivity" in out, err
 
 
@@ -176,30 +160,49 @@ def test_column_normalized_toeplitz_at_20000_rounds_allocates_no_dense_matrix(tm
   "flags, needles",
   [
     (["--noise-multiplier", "1e-300"], ["noise multiplier 1e-300 is too small", "exceeds 1e+06"]),
-    (["--noise-multiplier", "1e300"], ["PLD accountant's range", "--accountant analytic"]),
-    (["--target-epsilon", "1e9"], ["PiB of memory", "limit of 4 GiB", "--accountant analytic"]),
+    # PLD's limits (the claim's default accountant, the exact curve, has neither).
+    (
+      ["--noise-multiplier", "1e300", "--accountant", "pld"],
+      ["PLD accountant's range", "--accountant analytic"],
+    ),
+    (
+      ["--target-epsilon", "1e9", "--accountant", "pld"],
+      ["PiB of memory", "limit of 4 GiB", "--accountant analytic"],
+    ),
     (["--target-epsilon", "1e30", "--accountant", "analytic"], ["too large to calibrate"]),
   ],
 )
 def test_account_refuses_out_of_range_numbers(tmp_path, capsys, flags, needles):
   path = _write(tmp_path, {"mechanism": "dpsgd"})
-  code, out, err = _run(capsys, ["account", path, "--n", "10", *flags, "--delta", "1e-5"])
-  _one_line_error(code, err, *needles)
+  code, out, err = run_cli(capsys, *["account", path, "--n", "10", *flags, "--delta", "1e-5"])
+  one_line_error(code, None, err, *needles)
   assert out == ""
+
+
+def test_account_defaults_to_the_exact_curve_of_the_claim(tmp_path, capsys):
+  """A claim is accounted by the analytic curve unless --accountant pld is asked for: it answers
+  where PLD's grid or range refuses, and says which accountant it used."""
+  path = _write(tmp_path, {"mechanism": "dpsgd"})
+  for flags in (["--noise-multiplier", "1e300"], ["--target-epsilon", "1e9"]):
+    code, out, err = run_cli(
+      capsys, "account", path, "--n", "10", *flags, "--delta", "1e-5", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["accountant"] == "analytic"
 
 
 def test_account_at_ten_million_rounds_is_refused_or_quick(tmp_path, capsys):
   blt = _write(tmp_path, {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]})
   base = ["account", blt, "--n", str(10**7), "--noise-multiplier", "1", "--delta", "1e-5"]
-  code, _, err = _run(capsys, base + ["--min-sep", "1"])
-  _one_line_error(code, err, "n=10000000", "estimated", "--max-seconds")
+  code, _, err = run_cli(capsys, *base + ["--min-sep", "1"])
+  one_line_error(code, None, err, "n=10000000", "estimated", "--max-seconds")
 
 
 def test_an_rmse_that_overflows_is_refused(tmp_path, capsys):
   path = _write(tmp_path, {"mechanism": "dpsgd"})
   argv = ["strategy", "evaluate", path, *P, "--noise-multiplier", "1.7e308"]
-  code, out, err = _run(capsys, argv)
-  _one_line_error(code, err, "--noise-multiplier 1.7e+308", "overflows float64")
+  code, out, err = run_cli(capsys, *argv)
+  one_line_error(code, None, err, "--noise-multiplier 1.7e+308", "overflows float64")
   assert out == ""
 
 
@@ -224,7 +227,7 @@ def test_sigterm_exits_143_after_cleanup_in_process(tmp_path, capsys, monkeypatc
     time.sleep(5)  # the handler raises before this returns
 
   monkeypatch.setattr(st.os, "replace", terminated_while_writing)
-  code, out, err = _run(capsys, _optimize(target, "--no-progress"))
+  code, out, err = run_cli(capsys, *_optimize(target, "--no-progress"))
   assert code == 143
   assert err.strip().splitlines() == ["fedmf strategy: terminated (SIGTERM)"]
   assert list(tmp_path.iterdir()) == []  # neither the .tmp nor a half-written file
@@ -270,3 +273,74 @@ def test_sigterm_in_a_subprocess(tmp_path):
   assert proc.returncode == 143, err
   assert err.strip().splitlines() == ["fedmf strategy: terminated (SIGTERM)"]
   assert list(target.parent.iterdir()) == []
+
+
+_SIGTERM_IN_A_GC_CALLBACK = """
+import gc, os, signal, sys, time
+from pathlib import Path
+from fedmf.mf import dpsgd
+
+def slow(cls, schema, options):
+  Path(sys.argv[1]).write_text("started")
+  for _ in range(600):  # Garbage to collect, for a minute at most.
+    [[] for _ in range(1000)]
+    time.sleep(0.1)
+
+def _xla_gc_callback(phase, info):  # As JAX registers it: the signal lands inside it.
+  if phase == "start" and not sent and Path(marker).exists():
+    sent.append(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.05)
+
+sent, marker = [], sys.argv[1]
+gc.callbacks.append(_xla_gc_callback)
+dpsgd.DpSgd.optimize = classmethod(slow)
+from fedmf.cli.main import main
+code = main(sys.argv[2:])
+gc.callbacks.remove(_xla_gc_callback)
+sys.exit(code)
+"""
+
+
+def test_a_sigterm_inside_a_gc_callback_still_terminates_in_one_line(tmp_path):
+  """Issue 38 item 17: the handler raised inside JAX's garbage-collection callback, where Python
+  prints "Exception ignored in: <function _xla_gc_callback ...>" with a traceback and drops the
+  exception: the run went on. The signal is now delivered again outside the callback."""
+  marker, target = tmp_path / "started", tmp_path / "out" / "s.json"
+  target.parent.mkdir()
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  proc = subprocess.run(
+    [sys.executable, "-c", _SIGTERM_IN_A_GC_CALLBACK, str(marker)]
+    + _optimize(target, "--no-progress"),
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=300,
+  )
+  assert marker.exists()
+  assert proc.returncode == 143, proc.stderr
+  assert proc.stderr.strip().splitlines() == ["fedmf strategy: terminated (SIGTERM)"]
+  assert list(target.parent.iterdir()) == []
+
+
+def test_a_second_sigterm_during_the_cleanup_is_not_a_traceback(tmp_path, capsys, monkeypatch):
+  """`timeout` (or a second kill) landing while the first SIGTERM's cleanup runs."""
+  target = tmp_path / "s.json"
+
+  def terminated_while_writing(src, dst):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the handler raises before this returns
+
+  real_unlink = os.unlink
+
+  def second_sigterm_in_cleanup(path):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.05)
+    real_unlink(path)
+
+  monkeypatch.setattr(st.os, "replace", terminated_while_writing)
+  monkeypatch.setattr(st.os, "unlink", second_sigterm_in_cleanup)
+  code, out, err = run_cli(capsys, *_optimize(target, "--no-progress"))
+  assert code == 143
+  assert err.strip().splitlines() == ["fedmf strategy: terminated (SIGTERM)"]
+  assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,7 @@ tests/conftest.py itself, TensorFlow's import chatter filtered (and nothing else
 message silenced, and a strategy that cannot train refused before TensorFlow is imported."""
 
 import argparse
+import functools
 import os
 import re
 import subprocess
@@ -75,10 +76,25 @@ def test_the_output_check_wraps_every_in_process_run(monkeypatch, capsys):
   with pytest.raises(SystemExit):
     cli_main.main(["--version"])
   assert len(conftest.CHECKED) == before + 1
-  monkeypatch.setattr(conftest, "_real_main", lambda argv: print("declared K=None") or 0)
+  # The check wraps the real main for this test only: a main printing None fails it.
+  wrapped = cli_main.main
+  assert isinstance(wrapped, functools.partial) and wrapped.func is conftest.checked_main
+  monkeypatch.setattr(
+    cli_main,
+    "main",
+    functools.partial(conftest.checked_main, lambda argv: print("declared K=None") or 0),
+  )
   with pytest.raises(AssertionError, match="Python None in stdout"):
     cli_main.main(["audit", "x"])
   capsys.readouterr()
+
+
+def test_the_output_check_is_restored_after_each_test():
+  """The fixture of this test wraps main anew; the one it wraps is the real one, never a wrapper."""
+  real = cli_main.main.args[0]
+  assert not isinstance(real, functools.partial) and real.__module__ == "fedmf.cli.main"
+  real_run = subprocess.run.args[0]
+  assert not isinstance(real_run, functools.partial) and real_run.__module__ == "subprocess"
 
 
 _FAKE_TENSORFLOW = textwrap.dedent(

@@ -8,6 +8,7 @@ import pytest
 from fedmf.cli import main as cli
 from fedmf.mf import evaluation
 from fedmf.mf import strategies as st
+from tests.helpers import run_cli
 
 PARTICIPATION = ["--n", "24", "--min-sep", "4", "--max-participations", "3"]
 REQUIRED_KEYS = {
@@ -24,12 +25,6 @@ REQUIRED_KEYS = {
 }
 
 
-def _run(capsys, argv):
-  code = cli.main(argv)
-  out, err = capsys.readouterr()
-  return code, out, err
-
-
 @pytest.mark.parametrize(
   "mechanism, extra",
   [
@@ -42,9 +37,9 @@ def _run(capsys, argv):
 )
 def test_optimize_then_evaluate(tmp_path, capsys, mechanism, extra):
   out_file = tmp_path / f"{mechanism}.json"
-  code, out, err = _run(
+  code, out, err = run_cli(
     capsys,
-    [
+    *[
       "strategy",
       "optimize",
       "--mechanism",
@@ -62,7 +57,9 @@ def test_optimize_then_evaluate(tmp_path, capsys, mechanism, extra):
   saved = json.loads(out_file.read_text())
   assert saved["mechanism"] == mechanism
   assert saved["optimized_for"]["n"] == 24
-  code, out, err = _run(capsys, ["strategy", "evaluate", str(out_file), *PARTICIPATION, "--json"])
+  code, out, err = run_cli(
+    capsys, *["strategy", "evaluate", str(out_file), *PARTICIPATION, "--json"]
+  )
   assert code == 0, err
   result = json.loads(out)
   assert REQUIRED_KEYS <= result.keys()
@@ -84,8 +81,8 @@ def test_evaluate_prints_a_readable_table(tmp_path, capsys):
   path.write_text(
     json.dumps({"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.2, 0.3]})
   )
-  code, out, _ = _run(
-    capsys, ["strategy", "evaluate", str(path), *PARTICIPATION, "--noise-multiplier", "2"]
+  code, out, _ = run_cli(
+    capsys, *["strategy", "evaluate", str(path), *PARTICIPATION, "--noise-multiplier", "2"]
   )
   assert code == 0
   assert "sensitivity" in out and "exact" in out and "rmse @ noise multiplier" in out
@@ -94,9 +91,9 @@ def test_evaluate_prints_a_readable_table(tmp_path, capsys):
 def test_lower_bound_is_labelled(tmp_path, capsys):
   path = tmp_path / "s.json"
   path.write_text(json.dumps({"mechanism": "tree", "variant": "vanilla"}))
-  code, out, _ = _run(
+  code, out, _ = run_cli(
     capsys,
-    ["strategy", "evaluate", str(path), *PARTICIPATION, "--sensitivity", "lower-bound", "--json"],
+    *["strategy", "evaluate", str(path), *PARTICIPATION, "--sensitivity", "lower-bound", "--json"],
   )
   assert code == 0
   assert json.loads(out)["sensitivity_method"] == "lower-bound"
@@ -118,7 +115,7 @@ def test_bad_strategy_files_give_one_line_errors(tmp_path, capsys, content, need
   path = tmp_path / "bad.json"
   if content is not None:
     path.write_text(content)
-  code, out, err = _run(capsys, ["strategy", "evaluate", str(path), *PARTICIPATION])
+  code, out, err = run_cli(capsys, *["strategy", "evaluate", str(path), *PARTICIPATION])
   assert code == 2
   assert out == ""
   lines = err.strip().splitlines()
@@ -136,9 +133,9 @@ def test_bad_numbers_are_usage_errors(capsys):
 
 
 def test_optimize_refuses_missing_output_directory(tmp_path, capsys):
-  code, _, err = _run(
+  code, _, err = run_cli(
     capsys,
-    [
+    *[
       "strategy",
       "optimize",
       "--mechanism",
@@ -153,9 +150,9 @@ def test_optimize_refuses_missing_output_directory(tmp_path, capsys):
 
 @pytest.mark.parametrize("mechanism", ["blt", "band-toeplitz", "bandmf"])
 def test_max_iter_reaches_every_optimizer(tmp_path, capsys, mechanism):
-  code, _, err = _run(
+  code, _, err = run_cli(
     capsys,
-    [
+    *[
       "strategy",
       "optimize",
       "--mechanism",

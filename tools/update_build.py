@@ -4,6 +4,9 @@
   python3 tools/update_build.py               write BUILD and third_party/bazel/pypi/BUILD
   python3 tools/update_build.py --check       exit 1 (naming the stale files) if they are not current
   python3 tools/update_build.py --from-index  build from the files staged in git
+  python3 tools/update_build.py --durations LOG...  merge the per-file seconds of pytest
+                                              `--durations=0` reports into tests/durations.json
+                                              (then regenerate)
 
 Every Python package under fedmf/ (a directory holding .py files) becomes one py_library whose
 deps are the packages and third-party modules its files import (read with `ast`, function-level
@@ -16,6 +19,8 @@ the modules themselves come from the .venv interpreter of the Python toolchain.
 from __future__ import annotations
 
 import ast
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +33,36 @@ RUNNER = "tools/bazel_pytest.py"
 # ~/.cache. They run outside Bazel's sandbox ("no-sandbox") and one at a time with the rest
 # ("exclusive"), since they create system-wide network namespaces.
 LOCAL_MARKERS = ("tests.netns", "from tests import netns", "unshare", "geteuid")
-# Heavier tests (TensorFlow Federated processes) get Bazel's "large" size (a longer timeout).
-LARGE_MARKERS = ("tensorflow", "fedmf.tff", "fedmf.program", "fedmf.tasks")
+# Test sizes come from measured durations: tests/durations.json holds each test file's seconds
+# (setup + call + teardown of its tests, summed from `pytest --durations=0` on a 2-core machine,
+# merged by --durations). A file gets the least Bazel size whose timeout (small 60 s, medium 300 s,
+# large 900 s, enormous 3600 s) is at least SIZE_MARGIN times its time, since a CI machine shared by
+# other work runs slower; a file never measured gets "large".
+DURATIONS = "tests/durations.json"
+SIZE_MARGIN = 3.0
+SIZES = (("small", 60.0), ("medium", 300.0), ("large", 900.0), ("enormous", 3600.0))
+UNMEASURED_SIZE = "large"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+IMPORTS_RUNNER = "tools/bazel_imports.py"
+# CI runs what only Bazel can check (`python3 dev.py bazel`: `bazel test --test_tag_filters=ci
+# //...`, which builds every target and runs the tests tagged "ci"): each library imports with only
+# the deps BUILD gives it (`<library>_imports`), and these tests, one or two per package, run
+# through the Bazel toolchain and sandbox. The whole suite runs under pytest in CI already;
+# `python3 dev.py bazel //...` runs all of it under Bazel too (about 20 min on 2 cores).
+CI_TESTS = (
+  "tests/test_build_file.py",  # BUILD is current
+  "tests/test_layers.py",  # the layer table
+  "tests/test_foundation.py",  # the console script in a subprocess, layer imports
+  "tests/test_cli_startup.py",  # what `fedmf --help` imports
+  "tests/mf/test_strategies.py",  # the math layer and its loader
+  "tests/participation/test_models.py",
+  "tests/privacy/test_log_statistics.py",  # pyarrow, the auditor
+  "tests/tff/test_noise.py",  # TensorFlow and TFF graphs in the toolchain
+  "tests/tasks/test_synthetic.py",
+  "tests/program/test_config_sections.py",  # the program layer's config, TF-free
+  "tests/public_features/test_math.py",
+  "tests/deploy/test_manifests.py",
+)
 
 
 def _all_files() -> list[str]:
@@ -184,6 +216,7 @@ def _check_acyclic(graph: dict[str, list[str]]) -> None:
 def render() -> dict[str, str]:
   """The generated files: {path relative to the repository: text}."""
   layout = _Layout(_all_files())
+  durations = load_durations()
   files = layout.files
   out = [
     "# Bazel build for fedmf: `python3 dev.py bazel` runs `bazel test //...` offline.",
@@ -205,6 +238,16 @@ def render() -> dict[str, str]:
     deps = layout.deps(srcs, own=":" + name)
     graph[":" + name] = [d for d in deps if d.startswith(":")]
     out += [f"# {package}/"] + _rule("py_library", name=name, srcs=srcs, deps=deps)
+    out += _rule(
+      "py_test",
+      name=f"{name}_imports",
+      size="large",  # (TensorFlow's import alone takes ~10 s on a loaded machine)
+      srcs=[IMPORTS_RUNNER],
+      main=IMPORTS_RUNNER,
+      args=[package.replace("/", ".")],
+      deps=[":" + name],
+      tags=["ci"],
+    )
 
   tests = [f for f in files if f.startswith("tests/")]
   helpers = [f for f in tests if not Path(f).name.startswith("test_")]
@@ -254,16 +297,16 @@ def render() -> dict[str, str]:
     deps = sorted(set(layout.deps([rel, *imported])) | {":bazel_pytest", ":test_utils"})
     deps.sort(key=lambda label: (label.startswith("@"), label))
     local = any(marker in text for marker in LOCAL_MARKERS)
-    large = rel.startswith("tests/tff/") or any(m in text for m in LARGE_MARKERS)
+    tags = (["exclusive", "no-sandbox"] if local else []) + (["ci"] if rel in CI_TESTS else [])
     out += _rule(
       "py_test",
       name=rel[len("tests/") : -3].replace("/", "_"),
-      size="large" if large else "medium",
+      size=size_of(durations.get(rel)),
       srcs=[RUNNER, rel, *imported],
       main=RUNNER,
       args=[rel],
       deps=deps,
-      tags=["exclusive", "no-sandbox"] if local else None,
+      tags=tags or None,
     )
 
   pypi = [
@@ -282,6 +325,45 @@ def render() -> dict[str, str]:
   }
 
 
+def load_durations() -> dict[str, float]:
+  """{test file: seconds} of tests/durations.json ({"measured": how, "seconds": {...}})."""
+  path = ROOT / DURATIONS
+  return json.loads(path.read_text())["seconds"] if path.exists() else {}
+
+
+def size_of(seconds: float | None) -> str:
+  """The least Bazel size whose timeout covers SIZE_MARGIN × the measured seconds."""
+  if seconds is None:
+    return UNMEASURED_SIZE
+  for size, timeout in SIZES:
+    if seconds * SIZE_MARGIN <= timeout:
+      return size
+  return SIZES[-1][0]
+
+
+# "12.34s call     tests/mf/test_tree.py::test_x[3]" (pytest's --durations lines).
+_DURATION_LINE = re.compile(r"^\s*([0-9.]+)s\s+(setup|call|teardown)\s+(tests/\S+?\.py)::")
+
+
+def parse_durations(report: str) -> dict[str, float]:
+  """{test file: seconds} summed over the --durations lines of a pytest report."""
+  totals: dict[str, float] = {}
+  for line in report.splitlines():
+    match = _DURATION_LINE.match(line)
+    if match:
+      totals[match[3]] = totals.get(match[3], 0.0) + float(match[1])
+  return totals
+
+
+def merge_durations(reports: list[str]) -> dict[str, float]:
+  """tests/durations.json's seconds with the files measured in `reports` replaced (others kept;
+  files no longer on disk dropped)."""
+  durations = load_durations()
+  for report in reports:
+    durations.update({f: round(t, 1) for f, t in parse_durations(report).items()})
+  return {f: t for f, t in sorted(durations.items()) if (ROOT / f).is_file()}
+
+
 def stale() -> list[str]:
   """Generated files whose text on disk differs from what render() gives."""
   return [
@@ -292,6 +374,15 @@ def stale() -> list[str]:
 
 
 def main() -> int:
+  if "--durations" in sys.argv:
+    logs = sys.argv[sys.argv.index("--durations") + 1 :]
+    merged = merge_durations([Path(log).read_text() for log in logs])
+    how = (
+      "pytest --durations=0 (setup + call + teardown per file), merged by "
+      "python3 tools/update_build.py --durations LOG..."
+    )
+    text = json.dumps({"measured": how, "seconds": merged}, indent=1, ensure_ascii=False)
+    (ROOT / DURATIONS).write_text(text + "\n")
   if "--check" in sys.argv:
     old = stale()
     if old:

@@ -18,8 +18,8 @@ def add_parser(subparsers: Any) -> None:
     "account",
     help="privacy accounting of a strategy (rho-zCDP, epsilon; calibrate sigma)",
     description="Compute the sensitivity of a strategy for n rounds under b-min-separation with "
-    "at most k participations, then rho-zCDP and epsilon at delta (PLD), for a given "
-    "noise multiplier, or the noise multiplier that reaches a target epsilon.",
+    "at most k participations, then rho-zCDP and epsilon at delta (the exact Gaussian curve; PLD for amplification), for a "
+    "given noise multiplier, or the noise multiplier that reaches a target epsilon.",
     formatter_class=common.HelpFormatter,
   )
   parser.add_argument("strategy", metavar="STRATEGY.json", help="strategy file")
@@ -38,7 +38,10 @@ def add_parser(subparsers: Any) -> None:
     "--delta", type=common.probability, required=True, metavar="DELTA", help="delta in (0, 1)"
   )
   common.add_method_args(
-    parser, accountant_help="pld: dp_accounting PLD (pessimistic); analytic: exact Gaussian curve"
+    parser,
+    accountant_help="analytic: the exact Gaussian curve of the claim (Balle & Wang 2018, Thm. 8); "
+    "pld: dp_accounting's PLD, pessimistic by its discretization, as a cross-check (default: "
+    "analytic; with amplification pld, the only accountant of a Poisson-subsampled event)",
   )
   amp = parser.add_argument_group(
     "amplification",
@@ -76,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
   else:
     accountant, value = accounting.account, args.noise_multiplier
   result = accountant(
-    strategy, schema, value, args.delta, method=args.sensitivity, accountant=args.accountant
+    strategy,
+    schema,
+    value,
+    args.delta,
+    method=args.sensitivity,
+    accountant=args.accountant or accounting.CLAIM_ACCOUNTANT,
   )
   fields = {"min_sep": args.min_sep, "max_participations": args.max_participations}
   if _print_head(args, strategy, {**fields, **result.to_dict()}, schema.describe()):
@@ -116,6 +124,7 @@ def _print_head(args, strategy, fields: dict, participation: str) -> bool:
 
 def _run_amplified(args: argparse.Namespace) -> int:
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import amplification  # pylint: disable=g-import-not-at-top
 
   if args.dataset_size is None or args.batch_size is None:
@@ -133,7 +142,7 @@ def _run_amplified(args: argparse.Namespace) -> int:
     args.delta,
     noise_multiplier=args.noise_multiplier,
     target_epsilon=args.target_epsilon,
-    accountant=args.accountant,
+    accountant=args.accountant or accounting.AMPLIFIED_ACCOUNTANT,
   )
   if _print_head(args, strategy, result.to_dict(), sampling.describe(args.n)):
     return 0

@@ -36,6 +36,12 @@ For CI and production pipelines, --strict makes the exit code the verdict: 0 whe
 with the declared schema, a privacy guarantee holds and epsilon is within --max-epsilon; 1 when any
 of them fails (the reasons on stderr and in --json under "strict"); 2 for bad input.
 
+A run with canaries (config section `canaries`) also reports its measured privacy (--json: object
+"empirical"): per threat model (all_releases, final_model) the epsilon estimate of Andrew et al.'s
+Gaussian fit, the one-run lower bound at 95% confidence and the analytic epsilon they are compared
+with; --strict then also fails when a lower bound exceeds the analytic epsilon
+(docs/empirical-privacy.md).
+
   fedmf audit out/run                                  # the run's own settings
   fedmf audit out/run --strict --max-epsilon 8         # gate a pipeline on the audit
   fedmf audit out/run --report out/run/reaudit         # HTML report with plots (report.html)
@@ -97,11 +103,9 @@ def add_parser(subparsers: Any) -> None:
     accountant_help="analytic: the exact epsilon of the Gaussian mechanism each claim is (Balle & "
     "Wang 2018, Thm. 8; solved to float64 precision, the same as the report's epsilon curve); "
     "pld: dp_accounting's PLD accountant, a pessimistic discretization of the same curve "
-    "(epsilon_pld >= epsilon), as a cross-check",
+    "(epsilon_pld >= epsilon), as a cross-check (default: analytic; an amplified claim is "
+    "accounted with PLD, its only accountant)",
   )
-  # A claim the auditor accounts is one Gaussian mechanism (no amplification), whose epsilon the
-  # analytic curve gives exactly; `fedmf account` keeps PLD as its default.
-  parser.set_defaults(accountant="analytic")
   parser.add_argument(
     "--strict",
     action="store_true",
@@ -133,7 +137,9 @@ def add_parser(subparsers: Any) -> None:
     help="violations listed in the text summary (--json and the report list more)",
   )
   parser.add_argument(
-    "--no-progress", action="store_true", help="no progress bar (shown only on a terminal)"
+    "--no-progress",
+    action="store_true",
+    help="no progress (a bar on a terminal; elsewhere a line with the ETA every 30 s of reading)",
   )
   common.add_resource_args(parser)
   parser.set_defaults(func=run)
@@ -144,7 +150,9 @@ class _Formatter(common.HelpFormatter, argparse.RawDescriptionHelpFormatter):
 
 
 def run(args: argparse.Namespace) -> int:
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import audit_result  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
   from fedmf.program import audit_inputs  # pylint: disable=g-import-not-at-top
 
@@ -160,13 +168,13 @@ def run(args: argparse.Namespace) -> int:
     min_sep=args.min_sep,
     max_participations=args.max_participations,
   )
-  progress = not args.no_progress and sys.stderr.isatty()
+  progress = not args.no_progress  # A bar on a terminal; elsewhere a line every 30 s of reading.
   run_dir_path = args.source if os.path.isdir(args.source) else None
   result = audit.audit_log(
     inputs.log,
     **inputs.settings,
     method=args.sensitivity,
-    accountant=args.accountant,
+    accountant=args.accountant or accounting.CLAIM_ACCOUNTANT,
     curve=args.report is not None,
     progress=progress,
     max_epsilon=args.max_epsilon,
@@ -174,6 +182,14 @@ def run(args: argparse.Namespace) -> int:
   )
   if inputs.warnings:  # Reported with the audit's own warnings (summary, --json, report).
     result = dataclasses.replace(result, warnings=inputs.warnings + result.warnings)
+  if run_dir_path is not None:  # A run with canaries: its measured privacy (nothing without).
+    from fedmf.program import canary_audit  # pylint: disable=g-import-not-at-top
+
+    measured, warnings = canary_audit.measured_privacy(run_dir_path, result)
+    if measured is not None or warnings:
+      result = dataclasses.replace(
+        result, empirical=measured, warnings=result.warnings + tuple(warnings)
+      )
   paths = None
   if args.report is not None:
     from fedmf.program import run_dir  # pylint: disable=g-import-not-at-top
@@ -189,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     for w in result.warnings:
       print(f"fedmf audit: warning: {w}", file=sys.stderr)
   else:
-    print(audit.format_summary(result, max_violations=args.max_violations))
+    print(audit_result.format_summary(result, max_violations=args.max_violations))
     if paths is not None:
       print(f"report: {paths['html']}")
   if args.strict and not verdict.passed:

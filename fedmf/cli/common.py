@@ -203,14 +203,19 @@ def add_resource_args(parser: argparse.ArgumentParser) -> None:
     type=positive_float,
     default=None,
     metavar="S",
-    help="refuse work whose estimated time exceeds this many seconds: the strategy math "
-    "(optimizing, sensitivity, evaluation), the PLD accountant and the audit's log scan are "
-    "estimated; training rounds and data loading are not (default: 120)",
+    help="refuse work whose estimated time exceeds this many seconds, and stop it with one line "
+    "once it has run longer (a slower or loaded machine): the strategy math (optimizing, "
+    "sensitivity, evaluation), the PLD accountant and the audit's log scan; training rounds and "
+    "data loading are not limited (default: 120)",
   )
 
 
 def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None = None) -> None:
-  """--sensitivity (auto | upper-bound | lower-bound) and, with `accountant_help`, --accountant."""
+  """--sensitivity (auto | upper-bound | lower-bound) and, with `accountant_help`, --accountant.
+
+  --accountant defaults to None: the default of the use (`accounting.CLAIM_ACCOUNTANT` for a
+  claim, `accounting.AMPLIFIED_ACCOUNTANT` for an amplified event), chosen by the command.
+  """
   parser.add_argument(
     "--sensitivity",
     choices=("auto", "upper-bound", "lower-bound"),
@@ -220,7 +225,7 @@ def add_method_args(parser: argparse.ArgumentParser, accountant_help: str | None
   )
   if accountant_help is not None:
     parser.add_argument(
-      "--accountant", choices=("pld", "analytic"), default="pld", help=accountant_help
+      "--accountant", choices=("pld", "analytic"), default=None, help=accountant_help
     )
 
 
@@ -259,8 +264,8 @@ def without_accountant_hint(error: FedmfUserError) -> FedmfUserError:
     return error
   message = _ACCOUNTANT_HINT.sub("", message).rstrip("; ")
   return FedmfUserError(
-    f"{message} (this command accounts with PLD only: lower noise_multiplier or raise delta; "
-    "fedmf account --accountant analytic gives the exact curve)"
+    f"{message} (a run's amplified event is accounted with PLD only: lower noise_multiplier or "
+    "raise delta)"
   )
 
 

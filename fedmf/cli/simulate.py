@@ -9,12 +9,12 @@ next-word data, lstm-small, BLT, a client timer counted in rounds). Any config k
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from fedmf import config_parse
+from fedmf import display
 from fedmf import quiet
 from fedmf.cli import common
 from fedmf.errors import FedmfUserError
@@ -39,8 +39,11 @@ matches that cohort), participation.model (timer | epoch_shuffle | uniform | cyc
 participation.timer_unit (rounds | hours), participation.min_sep, participation.timer_hours,
 participation.early_checkin_rate, participation.server_guard, and the training recipe (clip_norm,
 client_learning_rate, server_learning_rate, server_momentum, warmup_fraction, cooldown_fraction,
-eval_every, ...). Each key may also be written inside its section (task, privacy, recipe, program,
-participation, platform), e.g. privacy: {mechanism: blt}."""
+eval_every, ...), and canary clients that measure the privacy the run really has (canaries.count,
+canaries.held_out, canaries.seed, canaries.pattern: participation | worst-case; canaries.npz and the
+audit's "measured privacy", docs/empirical-privacy.md). Each key may also be written inside its
+section (task, privacy, recipe, program, participation, platform, canaries), e.g. privacy:
+{mechanism: blt}."""
 
 
 def default_config_path() -> Path:
@@ -93,21 +96,33 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+  from fedmf.program import preflight  # pylint: disable=g-import-not-at-top
+
   config = load(args)  # Validated (the strategy file included) before TensorFlow is imported.
+  preflight.check(config)  # The model's memory, the sampling: a second, not a minute.
   common.check_creatable_dir(args.out)
   from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
 
   outputs.check_output_dir(Path(args.out), args.force, outputs.RUN_MARKERS)
-  quiet.import_tensorflow_quietly()
-  from fedmf.program.simulate import run_simulation  # pylint: disable=g-import-not-at-top
+  # Progress from here: importing TensorFlow alone can take minutes on a loaded machine.
+  from fedmf import progress  # pylint: disable=g-import-not-at-top
 
+  bar = progress.Progress(
+    config.program.rounds,
+    enabled=not args.no_progress,
+    every=config.program.eval_every,
+    stage="importing TensorFlow",
+  )
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
   try:
-    summary = run_simulation(
-      config, args.out, progress=not args.no_progress, force=args.force, log=log
-    )
+    quiet.import_tensorflow_quietly()
+    from fedmf.program.simulate import run_simulation  # pylint: disable=g-import-not-at-top
+
+    summary = run_simulation(config, args.out, progress=bar, force=args.force, log=log)
   except FedmfUserError as e:
     raise common.without_accountant_hint(e) from None
+  finally:
+    bar.close()
   if args.json:
     print(outputs.json_text(summary, indent=None))
     return 0
@@ -119,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 def _epsilon(value: Any) -> str:
   if not isinstance(value, (int, float)):
     return "unknown"
-  return "inf" if math.isinf(value) else f"{value:.3g}"
+  return display.epsilon(value)
 
 
 def summary_lines(summary: dict[str, Any], out: str) -> list[str]:

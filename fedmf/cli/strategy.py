@@ -113,7 +113,7 @@ def add_parser(subparsers: Any) -> None:
   opt.add_argument(
     "--no-progress",
     action="store_true",
-    help="no progress bar (on a terminal) or progress lines (every 10 s otherwise)",
+    help="no progress bar (on a terminal) or progress lines (every 30 s otherwise, with the ETA)",
   )
   opt.set_defaults(func=run_optimize)
 
@@ -208,42 +208,34 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-  """The optimizers' `progress(dict)` callbacks shown on stderr: a tqdm bar on a terminal, else a
-  plain line at most every `every_seconds` (a long optimization is never silent in a log)."""
+  """The optimizers' `progress(dict)` callbacks shown on stderr (`fedmf.progress`): a bar on a
+  terminal, else a line every 30 s with the steps done, the elapsed time, the recent time per step
+  and the ETA (an upper bound: an optimizer may converge before its iteration budget)."""
 
-  def __init__(self, enabled: bool, total: Optional[int], desc: str, every_seconds: float = 10.0):
-    self._bar = None
-    self._enabled = enabled
-    self._desc, self._total, self._steps = desc, total, 0
-    self._every, self._last = every_seconds, time.monotonic()
-    if enabled and sys.stderr.isatty():
-      from tqdm import tqdm
+  def __init__(self, enabled: bool, total: Optional[int], desc: str, every_seconds: float = 30.0):
+    from fedmf import progress  # pylint: disable=g-import-not-at-top
 
-      self._bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True, leave=True)
+    self.bar = progress.Progress(
+      total,
+      unit="step",
+      label=desc,
+      every=None,
+      seconds=every_seconds,
+      enabled=enabled,
+      total_is_bound=True,
+      stream=sys.stderr,
+    )
 
   def __call__(self, info: dict[str, Any]) -> None:
-    if not self._enabled:
-      return
-    self._steps += 1
     postfix = {
       k: (f"{v:.6g}" if isinstance(v, float) else v)
       for k, v in info.items()
       if k in ("loss", "start", "buffers", "objective", "bands")
     }
-    if self._bar is not None:
-      self._bar.update(1)
-      self._bar.set_postfix(postfix, refresh=False)
-      return
-    now = time.monotonic()
-    if now - self._last >= self._every:
-      self._last = now
-      of = f"/{self._total}" if self._total else ""
-      fields = "  ".join(f"{k} {v}" for k, v in postfix.items())
-      print(f"{self._desc}: step {self._steps}{of}  {fields}".rstrip(), file=sys.stderr, flush=True)
+    self.bar.update(None, postfix)
 
   def close(self) -> None:
-    if self._bar is not None:
-      self._bar.close()
+    self.bar.close()
 
 
 def run_optimize(args: argparse.Namespace) -> int:

@@ -30,9 +30,7 @@ def run(args: argparse.Namespace, progress_bar: Any) -> int:
       bandmf.optimize_cost(ParticipationSchema(n, b), strategies.OptimizeOptions()),
       f"optimizing bandmf at n={n} with {b} bands",
     )
-  bar = progress_bar(
-    not args.no_progress and sys.stderr.isatty(), None, "optimize bandmf (bands auto)"
-  )
+  bar = progress_bar(not args.no_progress, None, "optimize bandmf (bands auto)")
   start = time.perf_counter()
   try:
     optimized = band_choice.optimize_candidates(

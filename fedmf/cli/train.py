@@ -47,22 +47,35 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+  from fedmf.program import preflight  # pylint: disable=g-import-not-at-top
   from fedmf.program import run_manifest  # pylint: disable=g-import-not-at-top
 
   # Everything that can be refused is refused before TensorFlow is imported (seconds).
   config = simulate_cli.load(args)
+  preflight.check(config)
   common.check_creatable_dir(args.root)
   run_manifest.check_train_root(Path(args.root))
-  quiet.import_tensorflow_quietly()
-  from fedmf.program import loop  # pylint: disable=g-import-not-at-top
-  from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
-  from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
+  # Progress from here: importing TensorFlow alone can take minutes on a loaded machine.
+  from fedmf import progress  # pylint: disable=g-import-not-at-top
 
+  bar = progress.Progress(
+    config.program.rounds,
+    enabled=not args.no_progress,
+    every=config.program.eval_every,
+    stage="importing TensorFlow",
+  )
   log = (lambda line: print(line, file=sys.stderr)) if args.json else print
   try:
-    summary = run_training(config, args.root, progress=not args.no_progress, log=log)
+    quiet.import_tensorflow_quietly()
+    from fedmf.program import training_run  # pylint: disable=g-import-not-at-top
+    from fedmf.program import outputs  # pylint: disable=g-import-not-at-top
+    from fedmf.program.train import run_training  # pylint: disable=g-import-not-at-top
+
+    summary = run_training(config, args.root, progress=bar, log=log)
   except FedmfUserError as e:
     raise common.without_accountant_hint(e) from None
+  finally:
+    bar.close()
   if args.json:
     print(outputs.json_text(summary, indent=None))
     return 0
@@ -78,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     f"{'-' if final is None else format(final, '.4f')}  ({summary['accuracy_note']})"
   )
   print(
-    f"  privacy (audit)      epsilon {loop.format_epsilon(a['epsilon'])} at delta {a['delta']:g}"
+    f"  privacy (audit)      epsilon {training_run.format_epsilon(a['epsilon'])} at delta {a['delta']:g}"
   )
-  print(f"  final model          {args.root}/release/final_model.npz")
+  print(f"  final model          {Path(args.root) / 'release' / 'final_model.npz'}")
   return 0

@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy.linalg import blas, lapack
 
+from fedmf.errors import FedmfUserError
 from fedmf.mf import banded_matrix
 from fedmf.mf import lbfgs
 from fedmf.mf import workloads as workloads_lib
@@ -106,22 +107,22 @@ def optimize_bandmf(
     'sens_sq' = k_eff and 'expected_total_sq_error' = sens² · loss_sq.
   """
   if objective not in ('rms', 'max'):
-    raise ValueError(f"objective must be 'rms' or 'max', got {objective!r}")
+    raise FedmfUserError(f"objective must be 'rms' or 'max', got {objective!r}")
   if objective == 'max' and method != 'theta':
-    raise ValueError("objective='max' requires method='theta'")
+    raise FedmfUserError("objective='max' requires method='theta'")
   if int(n) != n or n < 1:
-    raise ValueError(f'n must be a positive integer, got {n}')
+    raise FedmfUserError(f'n must be a positive integer, got {n}')
   if int(bands) != bands or bands < 1:
-    raise ValueError(f'bands must be a positive integer, got {bands}')
+    raise FedmfUserError(f'bands must be a positive integer, got {bands}')
   bands = min(int(bands), int(n))
   if min_sep is not None and bands > min_sep:
-    raise ValueError(
+    raise FedmfUserError(
       f'bands={bands} > min_sep={min_sep}: the sensitivity of a banded C is then not '
       'k_eff; use bands ≤ min_sep'
     )
   a = None if workloads_lib.is_prefix_sum(workload) else np.asarray(workload, dtype=np.float64)
   if a is not None and a.shape != (n, n):
-    raise ValueError(f'workload has shape {a.shape}, expected ({n}, {n})')
+    raise FedmfUserError(f'workload has shape {a.shape}, expected ({n}, {n})')
   theta0 = (
     warm_start_theta(n, bands)
     if init is None

@@ -38,7 +38,7 @@ def _pair(buf_decay: Any, output_scale: Any) -> tuple[np.ndarray, np.ndarray]:
   return theta, omega
 
 
-def _powers(decay: np.ndarray, n: int) -> np.ndarray:
+def powers(decay: np.ndarray, n: int) -> np.ndarray:
   """P[i, j] = decay_j ** i for i < n (with 0 ** 0 = 1)."""
   return np.power(decay[None, :], np.arange(n, dtype=np.float64)[:, None])
 
@@ -50,7 +50,7 @@ def blt_coefs(buf_decay: Any, output_scale: Any, n: int) -> np.ndarray:
   if n == 0:
     return c
   c[0] = 1.0
-  c[1:] = _powers(theta, n - 1) @ omega
+  c[1:] = powers(theta, n - 1) @ omega
   return c
 
 

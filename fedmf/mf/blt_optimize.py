@@ -11,7 +11,7 @@ import numpy as np
 from fedmf.mf import lbfgs
 from fedmf.mf import sensitivity
 from fedmf.mf.blt_math import (
-  _powers,
+  powers,
   blt_max_error,
   blt_rms_error,
   blt_sensitivity,
@@ -111,8 +111,8 @@ def blt_loss_and_grad(
   theta_hat = np.asarray(theta_hat, dtype=np.float64)
   omega, dw_dt, dw_dth = _scale_and_jacobians(theta, theta_hat)
   omega_hat, dwh_dth, dwh_dt = _scale_and_jacobians(theta_hat, theta)
-  pw = _powers(theta, n - 1)
-  pw_hat = _powers(theta_hat, n - 1)
+  pw = powers(theta, n - 1)
+  pw_hat = powers(theta_hat, n - 1)
   c = np.empty(n)
   c[0] = 1.0
   c[1:] = pw @ omega

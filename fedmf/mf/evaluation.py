@@ -25,7 +25,6 @@ from fedmf.mf import workloads
 from fedmf.mf import strategies as st
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.sensitivity import Sensitivity
-from fedmf.mf.strategy import SENSITIVITY_METHODS  # noqa: F401 (re-exported for the CLI)
 
 Workload = Union[None, str, np.ndarray]
 

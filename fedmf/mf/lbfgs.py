@@ -2,7 +2,8 @@
 progress type.
 
 `minimize` runs L-BFGS on a (value, gradient) function and reports every accepted iterate through
-one callback, with one result type. Two line searches are offered because the optimizers' outputs
+one callback, with one result type; each iteration first checks the `--max-seconds` clock
+(`fedmf.mf.resources.check_time`: a no-op unless the caller runs it under `time_limit`). Two line searches are offered because the optimizers' outputs
 are pinned bit for bit by their tests and stored strategies:
   * 'backtracking' (BandMF): Armijo backtracking that treats an infinite value (a point outside
     the domain, e.g. a zero column of C) as "step too long", two-loop recursion (Nocedal & Wright
@@ -18,6 +19,8 @@ import math
 from typing import Any, Callable, Optional
 
 import numpy as np
+
+from fedmf.mf import resources
 
 # Receives one dict per optimizer step (e.g. to drive a progress bar); keys depend on the optimizer.
 ProgressFn = Optional[Callable[[dict[str, Any]], None]]
@@ -75,6 +78,7 @@ def _scipy(fun, x0, max_iter, memory, ftol, gtol, on_step) -> LbfgsResult:
   iterations = [0]
 
   def callback(xk: np.ndarray) -> None:
+    resources.check_time()  # --max-seconds: iterations are where an optimizer can be stopped.
     iterations[0] += 1
     if on_step is not None:
       on_step(Step(iterations[0], xk, None, None))
@@ -110,6 +114,7 @@ def _backtracking(fun, x0, max_iter, memory, rtol, on_step) -> LbfgsResult:
   converged = False
   iteration = 0
   for iteration in range(1, max_iter + 1):
+    resources.check_time()  # --max-seconds: iterations are where an optimizer can be stopped.
     d = _two_loop(g, s_hist, y_hist)
     if not s_hist:
       # First step: move the largest coordinate by 0.01 (entries of X and of normalized C are O(1)).

@@ -9,6 +9,12 @@ flag that raises it. The limits live in a context (`limits(...)`), which the CLI
 Estimates lean high: the bytes count the arrays alive during the dominant step
 (tests/mf/test_resources.py checks them against tracemalloc), and the seconds turn operation counts
 into time at the nominal rates below (2 cores of the CI machine class: a guide, not a promise).
+
+So that `--max-seconds` holds on a slower or loaded machine too, iterative work also runs under a
+clock (`time_limit(action)`): its steps call `check_time()` (the optimizers' L-BFGS driver at each
+iteration, the PLD accountant at each evaluation, the audit after each batch of the log), which stops the work
+with one line naming the flag once it has run longer than the limit. The estimate refuses what
+cannot fit in advance; the clock stops what turned out slower than estimated.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import contextlib
 import contextvars
 import dataclasses
 import math
+import time
 from typing import Iterator, Optional
 
 from fedmf.errors import FedmfUserError
@@ -162,4 +169,50 @@ class PerRound:
         self.seconds * num_rounds,
       ),
       action,
+    )
+
+
+# The clock of `time_limit` (tests replace it with a fake one).
+clock = time.monotonic
+
+
+@dataclasses.dataclass(frozen=True)
+class _Clock:
+  action: str
+  start: float
+  limit: float
+
+
+_CLOCK: contextvars.ContextVar[Optional[_Clock]] = contextvars.ContextVar(
+  "fedmf_clock", default=None
+)
+
+
+@contextlib.contextmanager
+def time_limit(action: str) -> Iterator[None]:
+  """Runs the block under the current `--max-seconds` limit, enforced by `check_time()` (see the
+  module docstring). `action` says what runs, e.g. "optimizing bandmf at n=2052". Nested blocks
+  keep the outer clock (the user's limit is for the whole of the work asked for)."""
+  if _CLOCK.get() is not None:
+    yield
+    return
+  token = _CLOCK.set(_Clock(action, clock(), current().max_seconds))
+  try:
+    yield
+  finally:
+    _CLOCK.reset(token)
+
+
+def check_time() -> None:
+  """Raises ResourceLimitError once the work of the enclosing `time_limit` block has run longer
+  than its limit; outside such a block, does nothing."""
+  running = _CLOCK.get()
+  if running is None:
+    return
+  elapsed = clock() - running.start
+  if elapsed > running.limit:
+    raise ResourceLimitError(
+      f"{running.action} was stopped after {elapsed:.0f} s, past the limit of "
+      f"{running.limit:g} s (this machine ran slower than estimated; "
+      "--max-seconds S raises the limit)"
     )

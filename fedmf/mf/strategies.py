@@ -30,7 +30,8 @@ from fedmf.mf.banded import BandMF
 from fedmf.mf.blt import Blt
 from fedmf.mf.dense import Dense
 from fedmf.mf.dpsgd import DpSgd
-from fedmf.mf.strategy import OptimizeOptions, Strategy, StrategyError, short_repr
+from fedmf.mf.checks import StrategyError, short_repr
+from fedmf.mf.strategy import OptimizeOptions, Strategy
 from fedmf.mf.toeplitz import BandToeplitz
 from fedmf.mf.tree import Tree
 

@@ -29,17 +29,7 @@ from fedmf.mf import streaming
 from fedmf.mf import toeplitz_math
 from fedmf.mf import workloads
 from fedmf.mf import sensitivity as sens_lib
-from fedmf.mf.checks import (  # noqa: F401 (the strategy modules' shared checks, used as strategy_lib.*)
-  MAX_ROUNDS,
-  StrategyError,
-  check_lower_triangular,
-  extra_fields,
-  float_array,
-  float_vector,
-  positive_int,
-  readonly,
-  short_repr,
-)
+from fedmf.mf.checks import StrategyError
 from fedmf.mf.lbfgs import ProgressFn
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.sensitivity import AssumptionError, Sensitivity
@@ -359,6 +349,12 @@ class Strategy(abc.ABC):
     """‖row_t of C⁻¹‖ for t < n: the per-round noise std at σ = 1."""
     self.check_horizon(n)
     return streaming.row_norms(self.noise_stream(n), n)
+
+  def per_round_noise_matrix(self, n: int) -> np.ndarray:
+    """P with round t's unit-σ noise [P w]_t for w i.i.d. N(0, 1), dense: C⁻¹ (n×n) for a square
+    C. The per-round releases' noise covariance is P Pᵀ (docs/empirical-privacy.md)."""
+    self.check_horizon(n)
+    return scipy.linalg.solve_triangular(self.matrix(n), np.eye(n), lower=True)
 
   # --- resources (fedmf.mf.resources): estimated before any work -----------------------------
 

@@ -68,8 +68,10 @@ def optimize_cached(
     except FedmfUserError:
       logger.warning("ignoring the unreadable cached strategy %s", path)
   cls = strategies.mechanism_class(mechanism)
-  resources.check(cls.optimize_cost(schema, options), f"optimizing {mechanism} for {schema}")
-  strategy, _ = cls.optimize(schema, options)
+  action = f"optimizing {mechanism} for {schema}"
+  resources.check(cls.optimize_cost(schema, options), action)
+  with resources.time_limit(action):  # The optimizer's iterations check the clock.
+    strategy, _ = cls.optimize(schema, options)
   if path is not None:
     try:
       path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ from fedmf.mf import resources
 from fedmf.mf import sensitivity
 from fedmf.mf import strategy as strategy_lib
 from fedmf.mf.toeplitz_math import (
-  _as_coefs,
-  _error_weights,
+  as_coefs,
+  error_weights,
   band_toeplitz_loss_and_grad,
   inverse_coefs,
   inverse_energy,
@@ -60,9 +60,9 @@ def optimize_band_toeplitz(
   """
   if bands < 1 or bands > n:
     raise ValueError(f'bands must be in [1, n], got {bands}')
-  weights = _error_weights(n, objective)
+  weights = error_weights(n, objective)
   shifts = sensitivity.worst_pattern_offsets(n, min_sep, max_participations)
-  x0 = sqrt_coefs(bands) if init is None else _as_coefs(init, bands)
+  x0 = sqrt_coefs(bands) if init is None else as_coefs(init, bands)
   x0 = x0 / x0[0]
   start = time.perf_counter()
   evaluations = [0]  # Counts the progress reports' evaluations too.
@@ -228,7 +228,7 @@ class BandToeplitz(strategy_lib.Strategy):
       ),
       f"checking the conditioning of band-toeplitz at n={n}",
     )
-    c = _as_coefs(self.coefficients, n)
+    c = as_coefs(self.coefficients, n)
     rows = np.sqrt(np.cumsum(inverse_coefs(c, n) ** 2))  # ‖ĉ[:i+1]‖
     if not self.column_normalized:
       return strategy_lib.Conditioning(norm, float(rows[-1]), diagonal, n, unstable)
@@ -249,7 +249,7 @@ class BandToeplitz(strategy_lib.Strategy):
     if self.column_normalized:
       return None
     self.check_horizon(n)
-    return _as_coefs(self.coefficients, n)
+    return as_coefs(self.coefficients, n)
 
   def banded_theta(self, n: int) -> np.ndarray:
 

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def _as_coefs(coefs: Any, n: int) -> np.ndarray:
+def as_coefs(coefs: Any, n: int) -> np.ndarray:
   """Returns the first n coefficients as float64, zero-padded to length n."""
   c = np.asarray(coefs, dtype=np.float64).ravel()
   out = np.zeros(n, dtype=np.float64)
@@ -48,7 +48,7 @@ def _as_coefs(coefs: Any, n: int) -> np.ndarray:
 
 def lt_toeplitz(coefs: Any, n: int) -> np.ndarray:
   """Dense n×n lower-triangular Toeplitz matrix with C[i, j] = coefs[i-j]."""
-  c = _as_coefs(coefs, n)
+  c = as_coefs(coefs, n)
   idx = np.arange(n)
   diff = idx[:, None] - idx[None, :]
   return np.where(diff >= 0, c[np.clip(diff, 0, n - 1)], 0.0)
@@ -182,12 +182,12 @@ def toeplitz_min_sep_sensitivity_sq(
   Σ_{j∈π} ‖C[:, j]‖². Otherwise it is only a lower bound (BLT Remark 3.2).
   """
   cbar = sensitivity.worst_pattern_response(
-    _as_coefs(coefs, n), sensitivity.worst_pattern_offsets(n, min_sep, max_participations)
+    as_coefs(coefs, n), sensitivity.worst_pattern_offsets(n, min_sep, max_participations)
   )
   return float(cbar @ cbar)
 
 
-def _error_weights(n: int, objective: str) -> np.ndarray:
+def error_weights(n: int, objective: str) -> np.ndarray:
   """Weights on b_i² giving MaxError² ('max') or RmsError² ('rms')."""
   if objective == 'max':
     return np.ones(n, dtype=np.float64)

@@ -451,6 +451,11 @@ class Tree(strategy_lib.Strategy):
     self.check_horizon(n)
     return np.linalg.norm(per_round_decoder(n, self.variant), axis=1)
 
+  def per_round_noise_matrix(self, n: int) -> np.ndarray:
+    # No C⁻¹: round t's noise is [P w]_t over the node noise w (n × nodes).
+    self.check_horizon(n)
+    return per_round_decoder(n, self.variant)
+
   @classmethod
   def optimize_cost(cls, schema, options=strategy_lib.OptimizeOptions()):
     return cls(variant=options.tree_variant).evaluation_cost(schema)  # Nothing to optimize.

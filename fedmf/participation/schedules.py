@@ -96,29 +96,46 @@ class CyclicPoisson(_Stateless):
     sampling_probability: Optional[float] = None,
   ):
     super().__init__(num_clients, clients_per_round, seed)
-    if groups < 1:
-      raise ParticipationError(f"the number of Poisson groups must be >= 1, got {groups}")
-    q = groups * self.clients_per_round / self.num_clients
-    if sampling_probability is not None:
-      # The expected cohort q·N/P must be the batch the DP mean divides by (clients_per_round).
-      expected = float(sampling_probability) * self.num_clients / groups
-      if not 0.0 < sampling_probability <= 1.0 or round(expected) != self.clients_per_round:
-        raise ParticipationError(
-          f"participation.sampling_probability {sampling_probability:g} gives an expected cohort "
-          f"q·num_clients/partitions = {expected:.6g} devices, but clients_per_round is "
-          f"{self.clients_per_round}: set clients_per_round to {max(1, round(expected))}"
-        )
-      q = float(sampling_probability)
-    if q > 1:
-      raise ParticipationError(
-        f"cyclic Poisson sampling with {groups} groups needs num_clients >= groups × "
-        f"clients_per_round = {groups * self.clients_per_round}, got {self.num_clients}"
-      )
+    q = self.sampling_probability_for(
+      self.num_clients, self.clients_per_round, groups, sampling_probability
+    )
     self.groups = int(groups)
     self.sampling_probability = q
     order = np.random.default_rng([self.seed, _ASSIGNMENT]).permutation(self.num_clients)
     self.group = np.empty(self.num_clients, dtype=np.int64)
     self.group[order] = np.arange(self.num_clients) % self.groups
+
+  @staticmethod
+  def sampling_probability_for(
+    num_clients: int,
+    clients_per_round: int,
+    groups: int,
+    sampling_probability: Optional[float] = None,
+  ) -> float:
+    """q of `groups`-cyclic Poisson sampling of `num_clients` devices for a cohort of
+    `clients_per_round` (default P·B/N), or a one-line ParticipationError when no q works. Pure
+    arithmetic: the program checks it before any data exists (`fedmf.program.preflight`)."""
+    if groups < 1:
+      raise ParticipationError(f"the number of Poisson groups must be >= 1, got {groups}")
+    q = groups * clients_per_round / num_clients
+    if sampling_probability is not None:
+      # The expected cohort q·N/P must be the batch the DP mean divides by (clients_per_round).
+      expected = float(sampling_probability) * num_clients / groups
+      if not 0.0 < sampling_probability <= 1.0 or round(expected) != clients_per_round:
+        raise ParticipationError(
+          f"participation.sampling_probability {sampling_probability:g} gives an expected cohort "
+          f"q·num_clients/partitions = {expected:.6g} devices, but clients_per_round is "
+          f"{clients_per_round}: set clients_per_round to {max(1, round(expected))}"
+          + (f", or participation.sampling_probability to {q:.6g}" if q <= 1 else "")
+        )
+      q = float(sampling_probability)
+    if q > 1:
+      raise ParticipationError(
+        f"cyclic Poisson sampling with {groups} groups needs num_clients >= groups × "
+        f"clients_per_round = {groups * clients_per_round}, got {num_clients}: lower "
+        f"participation.partitions to at most {num_clients // clients_per_round}"
+      )
+    return q
 
   def declared_schema(self, rounds: int) -> ParticipationSchema:
     return ParticipationSchema(rounds, self.groups, -(-rounds // self.groups))

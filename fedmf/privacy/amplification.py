@@ -31,6 +31,13 @@ from fedmf.privacy import accounting
 from fedmf.privacy import events
 
 
+# The smallest q accounted: dp_accounting's PLD of a Poisson-subsampled Gaussian fails below
+# about 1e-16 ("deltas are not in non-increasing order": log(1 + q) at float64 resolution),
+# measured at σ in [0.3, 5]; 1e-12 leaves a margin. ε(q) grows with q, so accounting a q at
+# this floor is a valid upper bound for any smaller one.
+MIN_SAMPLING_PROBABILITY = 1e-12
+
+
 @dataclasses.dataclass(frozen=True)
 class CyclicPoissonSampling:
   """P-cyclic Poisson sampling over `dataset_size` examples with expected batch `batch_size`."""
@@ -47,11 +54,25 @@ class CyclicPoissonSampling:
     b = self.batch_size
     if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and b > 0):
       raise FedmfUserError(f"batch size must be a number > 0, got {b!r}")
+    if float(b) > self.dataset_size * (1.0 + 1e-12):
+      raise FedmfUserError(
+        f"the batch size {b:g} exceeds the dataset size {self.dataset_size}: a round samples at "
+        "most every example once (lower the batch size or raise the dataset size)"
+      )
     if self.partitions * float(b) > self.dataset_size * (1.0 + 1e-12):
       raise FedmfUserError(
         f"{self.partitions} partitions of {self.dataset_size} examples hold "
         f"{self.dataset_size / self.partitions:.6g} each, fewer than the batch size {b:g}: "
         f"use at most {int(self.dataset_size // b)} partitions (dataset size / batch size)"
+      )
+
+    q = self.partitions * float(b) / self.dataset_size
+    if q < MIN_SAMPLING_PROBABILITY:
+      raise FedmfUserError(
+        f"the sampling probability q = partitions x batch size / dataset size = {q:.3g} is below "
+        f"{MIN_SAMPLING_PROBABILITY:g}, where the PLD accountant's float64 arithmetic breaks down "
+        "(1 + q rounds to 1); account a smaller dataset size: a larger q gives a valid upper "
+        "bound on epsilon (epsilon only shrinks with q)"
       )
 
   @classmethod
@@ -151,7 +172,7 @@ def epsilon_for(
   sampling: CyclicPoissonSampling,
   delta: float,
   max_column_norm: float = 1.0,
-  accountant: str = "pld",
+  accountant: accounting.Accountant = accounting.AMPLIFIED_ACCOUNTANT,
   pld_interval: float = accounting.PLD_VALUE_DISCRETIZATION,
 ) -> tuple[float, str]:
   """(ε, accountant used) of the amplified event; q = 1 is one Gaussian (module docstring).
@@ -180,87 +201,32 @@ def unamplified_noise(
   return math.sqrt(sampling.steps(n)) * max_column_norm / mu
 
 
-def calibrate(epsilon_of, target_epsilon: float, upper: float, rtol: float = 1e-4) -> float:
-  """The smallest σ (to a relative `rtol`) with epsilon_of(σ) ≤ target, for decreasing ε(σ).
-
-  Bracketed from `upper` downwards by factors of 4, then the Illinois variant of regula falsi on
-  log ε against log σ (nearly linear), so a calibration costs about 6-10 evaluations of ε instead
-  of the ~20 of a bisection. The σ returned always satisfies ε(σ) ≤ target (conservative side).
-  """
-  target = accounting.validate_epsilon(target_epsilon)
-  log_target = math.log(target)
-
-  def g(x: float) -> float:
-    eps = epsilon_of(math.exp(x))
-    return (math.log(eps) if eps > 0 else -745.0) - log_target if math.isfinite(eps) else 745.0
-
-  hi = math.log(upper)
-  g_hi = g(hi)
-  for _ in range(200):
-    if g_hi <= 0:
-      break
-    hi += math.log(4.0)
-    g_hi = g(hi)
-  else:
-    raise FedmfUserError(f"no noise multiplier reaches epsilon {target_epsilon:g}")
-  lo, g_lo = hi, g_hi
-  for _ in range(60):
-    lo -= math.log(4.0)
-    g_lo = g(lo)
-    if g_lo > 0:
-      break
-    hi, g_hi = lo, g_lo
-    if lo < math.log(1e-3):
-      return math.exp(hi)  # Even tiny noise reaches the target: conservative.
-  side = 0
-  while hi - lo > rtol:
-    x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
-    x = min(max(x, lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
-    gx = g(x)
-    if gx > 0:
-      lo, g_lo = x, gx
-      if side == -1:
-        g_hi /= 2.0
-      side = -1
-    else:
-      hi, g_hi = x, gx
-      if side == 1:
-        g_lo /= 2.0
-      side = 1
-  return math.exp(hi)
-
-
 def noise_for(
   target_epsilon: float,
   n: int,
   sampling: CyclicPoissonSampling,
   delta: float,
   max_column_norm: float = 1.0,
-  accountant: str = "pld",
+  accountant: accounting.Accountant = accounting.AMPLIFIED_ACCOUNTANT,
   rtol: float = 1e-4,
   pld_interval: float = accounting.PLD_VALUE_DISCRETIZATION,
   upper: Optional[float] = None,
 ) -> float:
-  """The smallest σ (to rtol, conservative side) whose amplified ε is at most the target.
+  """The smallest σ (to rtol, conservative side) whose amplified ε is at most the target: the one
+  calibrator (`accounting.calibrate_sigma`) on `epsilon_for`, for training and `--bands auto` alike.
 
   `upper`: a σ known to reach the target (default: the unamplified σ, slightly raised).
   """
   delta = accounting.validate_delta(delta)
-  if sampling.sampling_probability == 1.0:
-    # Invert the exact curve, then step up until the chosen accountant agrees (PLD is pessimistic).
-    sigma = unamplified_noise(target_epsilon, n, sampling, max_column_norm, delta) * (1.0 + 1e-12)
-    for _ in range(60):
-      if epsilon_for(sigma, n, sampling, delta, max_column_norm, accountant)[0] <= target_epsilon:
-        return sigma
-      sigma *= 1.0 + rtol
-    raise FedmfUserError(f"calibration did not reach epsilon {target_epsilon:g}")
-  if upper is None:
-    upper = unamplified_noise(target_epsilon, n, sampling, max_column_norm, delta) * 1.01
-  return calibrate(
-    lambda s: epsilon_for(s, n, sampling, delta, max_column_norm, accountant, pld_interval)[0],
-    target_epsilon,
-    upper,
-    rtol,
+
+  def epsilon_of(sigma: float) -> float:
+    return epsilon_for(sigma, n, sampling, delta, max_column_norm, accountant, pld_interval)[0]
+
+  exact = unamplified_noise(target_epsilon, n, sampling, max_column_norm, delta)
+  if sampling.sampling_probability == 1.0:  # One Gaussian: its exact curve, then the accountant.
+    return accounting.calibrate_from_exact(epsilon_of, target_epsilon, exact, rtol)
+  return accounting.calibrate_sigma(
+    epsilon_of, target_epsilon, exact * 1.01 if upper is None else upper, rtol=rtol
   )
 
 
@@ -272,7 +238,7 @@ def account_amplified(
   *,
   noise_multiplier: Optional[float] = None,
   target_epsilon: Optional[float] = None,
-  accountant: str = "pld",
+  accountant: accounting.Accountant = accounting.AMPLIFIED_ACCOUNTANT,
 ) -> AmplifiedAccounting:
   """ε for a given σ, or the σ reaching `target_epsilon`, of `strategy` over n rounds."""
   if (noise_multiplier is None) == (target_epsilon is None):

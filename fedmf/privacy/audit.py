@@ -13,9 +13,9 @@ violations and ``claim_covers_all_clients`` becomes false. The realized (b, k) a
 computed on the distinct (round, client) pairs, so they do not cover a client whose update may have
 been summed twice in one round.
 
-The parts: ``log_scan`` (the one-pass scan), ``log_statistics`` (what is counted; logs not in round
-order), ``audit_result`` (verdict, ``--json``, summary); this module accounts the claims and runs
-the audit. Their names stay importable from here.
+The parts: ``log_statistics`` (what is counted, by the one-pass scan ``log_scan`` or the sort
+``log_sort``; the types in ``log_counts``), ``audit_result`` (verdict, ``--json``, summary); this
+module accounts the claims and runs the audit.
 
 A log is streamed in one pass in round order (``LogScan``), vectorized over batches of rows, with
 memory that grows with the clients and rounds, not the rows; violations are counted in full and
@@ -45,28 +45,9 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import resources
 from fedmf.mf.schema import ParticipationSchema
 
-# The auditor's parts, under the names they have always had here.
-from fedmf.privacy.audit_result import (  # noqa: F401
-  AuditResult,
-  DeclaredClaim,
-  Verdict,
-  _declared_in_words,
-  format_summary,
-)
-from fedmf.privacy.log_scan import (  # noqa: F401
-  DEFAULT_VIOLATION_LIMIT,
-  MAX_ROUND,
-  LogScan,
-  log_statistics,
-  scan_log,
-)
-from fedmf.privacy.log_statistics import (  # noqa: F401
-  REASONS,
-  LogStatistics,
-  Violation,
-  ViolationTable,
-  _sorted_log_statistics,
-)
+from fedmf.privacy import log_statistics
+from fedmf.privacy.audit_result import AuditResult, DeclaredClaim
+from fedmf.privacy.log_counts import LogStatistics, ViolationTable
 
 
 # The per-round ε curve: its memory (b_r, k_r, sensitivities, methods, ρ, ε and the temporaries of
@@ -117,7 +98,12 @@ def _pld_grid_points(mu: float) -> float:
 
 
 def _account(
-  sens: Any, sigma: float, delta: float, accountant: str, label: str, warnings: list[str]
+  sens: Any,
+  sigma: float,
+  delta: float,
+  accountant: accounting.Accountant,
+  label: str,
+  warnings: list[str],
 ) -> accounting.GaussianAccounting:
   """ρ and ε of a claim with known sensitivity; the analytic curve when PLD would not fit.
 
@@ -300,7 +286,7 @@ class _Request:
   min_sep: Optional[int]
   max_participations: Optional[int]
   method: str
-  accountant: str
+  accountant: accounting.Accountant
   curve: bool | str
   max_epsilon: Optional[float]
   notes: tuple[str, ...]
@@ -321,7 +307,7 @@ def _validated(
   min_sep: Optional[int] = None,
   max_participations: Optional[int] = None,
   method: str = "auto",
-  accountant: str = "analytic",
+  accountant: accounting.Accountant = accounting.CLAIM_ACCOUNTANT,
   curve: bool | str = True,
   max_epsilon: Optional[float] = None,
   notes: tuple[str, ...] = (),
@@ -384,12 +370,12 @@ def audit_arrays(
   delta: float,
   *,
   log_name: str = "",
-  violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
+  violation_limit: Optional[int] = log_statistics.DEFAULT_VIOLATION_LIMIT,
   **claim: Any,
 ) -> AuditResult:
   """Audits a log already in memory as ``ParticipationArrays`` (see ``audit_log``)."""
   request = _validated(strategy, noise_multiplier, delta, **claim)
-  stats, violations = log_statistics(
+  stats, violations = log_statistics.statistics_of_arrays(
     arrays.rounds,
     arrays.codes,
     len(arrays.client_ids),
@@ -410,7 +396,7 @@ def audit_log(
   delta: float,
   *,
   progress: bool = False,
-  violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
+  violation_limit: Optional[int] = log_statistics.DEFAULT_VIOLATION_LIMIT,
   **claim: Any,
 ) -> AuditResult:
   """Audits a participation log file.
@@ -429,7 +415,7 @@ def audit_log(
   """
   # Validate the cheap arguments (and estimate the per-round work) before reading a large log.
   request = _validated(strategy, noise_multiplier, delta, **claim)
-  stats, violations = scan_log(
+  stats, violations = log_statistics.statistics_of_file(
     path,
     min_sep=request.min_sep,
     max_participations=request.max_participations,

@@ -8,9 +8,10 @@ import dataclasses
 import math
 from typing import Any, Optional
 
+from fedmf import display
 from fedmf.privacy import accounting
 from fedmf.privacy import curve as curve_lib
-from fedmf.privacy.log_statistics import REASONS, LogStatistics, ViolationTable
+from fedmf.privacy.log_counts import REASONS, LogStatistics, ViolationTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +67,7 @@ def _realized_in_words(b: Optional[int], k: int, n: int) -> str:
   return f"min-separation b = {b} and at most k = {k} participations per client over n = {n} rounds"
 
 
-def _declared_in_words(min_sep: Optional[int], max_participations: Optional[int]) -> str:
+def declared_in_words(min_sep: Optional[int], max_participations: Optional[int]) -> str:
   parts = []
   if min_sep is not None:
     parts.append(f"b >= {min_sep}")
@@ -98,6 +99,8 @@ class AuditResult:
   # The check of a declared cyclic Poisson sampling (`fedmf.privacy.partition_audit.AmplifiedAudit`),
   # None when the run declares none.
   amplified: Optional[Any] = None
+  # Measured privacy (`fedmf.privacy.empirical.EmpiricalPrivacy`) of a run with canaries, else None.
+  empirical: Optional[Any] = None
 
   @property
   def amplification_credited(self) -> bool:
@@ -160,7 +163,7 @@ class AuditResult:
       guarantee = False
       statement = (
         f"No privacy guarantee: the sensitivity is only a lower bound, so epsilon "
-        f"{a.epsilon:.4g} is optimistic, not a guarantee (audit with --sensitivity auto)."
+        f"{display.epsilon(a.epsilon)} is optimistic, not a guarantee (audit with --sensitivity auto)."
       )
       failures.append("no privacy guarantee (the sensitivity is a lower bound)")
     else:
@@ -178,22 +181,22 @@ class AuditResult:
           "end: its id may be cut off)"
         )
       statement = (
-        f"({a.epsilon:.4g}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
+        f"({display.epsilon(a.epsilon)}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
         f"under the participation the log shows: {realized}."
       )
       if self.declared is not None:
-        declared = _declared_in_words(self.declared.min_sep, self.declared.max_participations)
+        declared = declared_in_words(self.declared.min_sep, self.declared.max_participations)
         if violating:
           statement = (
             f"The log VIOLATES the declared schema ({declared}): {violating} clients "
             f"({counts['min-sep']} below the min-separation, {counts['max-participations']} "
             f"above the max participations). The declared epsilon "
-            f"{self.declared.accounting.epsilon:.4g} does NOT hold. What holds is {statement}"
+            f"{display.epsilon(self.declared.accounting.epsilon)} does NOT hold. What holds is {statement}"
           )
         else:
           statement += (
             f" It complies with the declared schema ({declared}), whose epsilon "
-            f"{self.declared.accounting.epsilon:.4g} holds too."
+            f"{display.epsilon(self.declared.accounting.epsilon)} holds too."
           )
       statement = self._amplified_statement(statement)
     if self.amplified is not None and self.partition_violations:
@@ -203,6 +206,8 @@ class AuditResult:
       )
     if self.max_epsilon is not None and guarantee and self.epsilon > self.max_epsilon:
       failures.append(f"epsilon {self.epsilon:.4g} exceeds --max-epsilon {self.max_epsilon:g}")
+    if self.empirical is not None:
+      failures.extend(self.empirical.failures())
     return Verdict(
       guarantee=guarantee,
       statement=statement,
@@ -220,7 +225,7 @@ class AuditResult:
     if self.amplification_credited:
       acc = self.amplified.accounting
       return (
-        f"({acc.epsilon:.4g}, {acc.delta:g})-DP with privacy AMPLIFICATION by "
+        f"({display.epsilon(acc.epsilon)}, {acc.delta:g})-DP with privacy AMPLIFICATION by "
         f"{c.partitions}-cyclic Poisson sampling (BandMF Thm 4; q = "
         f"{acc.sampling.sampling_probability:.4g} over {acc.sampling.dataset_size} devices), "
         f"for every device, as the run declares its sampling: the log complies with the "
@@ -238,48 +243,56 @@ class AuditResult:
     s = self.stats
     a = self.realized
     v = self.verdict()
-    return {
-      "log": self.log,
-      "strategy": self.strategy,
-      "rounds": self.rounds,
-      "rounds_source": self.rounds_source,
-      "clients": s.clients,
-      "participations": s.participations,
-      "log_rows": s.log_rows,
-      "duplicate_rows": s.duplicate_rows,
-      "cut_off_row": s.cut_off_row,
-      "observed_min_sep": s.observed_min_sep,
-      "observed_max_participations": s.observed_max_participations,
-      "gap_histogram": {"gap": s.gap_values.tolist(), "count": s.gap_counts.tolist()},
-      "participations_histogram": {
-        "participations": s.participation_values.tolist(),
-        "clients": s.participation_counts.tolist(),
-      },
-      "violations": self.violations.to_list(),
-      "violation_counts": self.violation_counts(),
-      # True when "violations" lists only the first entries (see audit_log's violation_limit);
-      # "violation_counts" counts them all.
-      "violations_truncated": self.violations.truncated,
-      "claim_covers_all_clients": self.claim_covers_all_clients,
-      # The one statement the log supports (docs: the realized participation, never a declared
-      # schema it violates); "epsilon" and "rho" are infinite when there is no guarantee (σ = 0).
-      "privacy_guarantee": v.guarantee,
-      "statement": v.statement,
-      "declared_holds": v.declared_holds,
-      "sensitivity": a.sensitivity,
-      "sensitivity_method": a.sensitivity_method,
-      "sensitivity_algorithm": a.sensitivity_algorithm,
-      "rho": a.rho,
-      "epsilon": a.epsilon,
-      "delta": a.delta,
-      "noise_multiplier": a.noise_multiplier,
-      "accountant": a.accountant,
-      "declared": self.declared.to_dict() if self.declared else None,
-      "max_epsilon": self.max_epsilon,
-      "strict": {"passed": v.passed, "failures": list(v.failures)},
-      "notes": list(self.notes),
-      "warnings": list(self.warnings),
-    } | self._amplified_dict()
+    return (
+      {
+        "log": self.log,
+        "strategy": self.strategy,
+        "rounds": self.rounds,
+        "rounds_source": self.rounds_source,
+        "clients": s.clients,
+        "participations": s.participations,
+        "log_rows": s.log_rows,
+        "duplicate_rows": s.duplicate_rows,
+        "cut_off_row": s.cut_off_row,
+        "observed_min_sep": s.observed_min_sep,
+        "observed_max_participations": s.observed_max_participations,
+        "gap_histogram": {"gap": s.gap_values.tolist(), "count": s.gap_counts.tolist()},
+        "participations_histogram": {
+          "participations": s.participation_values.tolist(),
+          "clients": s.participation_counts.tolist(),
+        },
+        "violations": self.violations.to_list(),
+        "violation_counts": self.violation_counts(),
+        # True when "violations" lists only the first entries (see audit_log's violation_limit);
+        # "violation_counts" counts them all.
+        "violations_truncated": self.violations.truncated,
+        "claim_covers_all_clients": self.claim_covers_all_clients,
+        # The one statement the log supports (docs: the realized participation, never a declared
+        # schema it violates); "epsilon" and "rho" are infinite when there is no guarantee (σ = 0).
+        "privacy_guarantee": v.guarantee,
+        "statement": v.statement,
+        "declared_holds": v.declared_holds,
+        "sensitivity": a.sensitivity,
+        "sensitivity_method": a.sensitivity_method,
+        "sensitivity_algorithm": a.sensitivity_algorithm,
+        "rho": a.rho,
+        "epsilon": a.epsilon,
+        "delta": a.delta,
+        "noise_multiplier": a.noise_multiplier,
+        "accountant": a.accountant,
+        "declared": self.declared.to_dict() if self.declared else None,
+        "max_epsilon": self.max_epsilon,
+        "strict": {"passed": v.passed, "failures": list(v.failures)},
+        "notes": list(self.notes),
+        "warnings": list(self.warnings),
+      }
+      | self._amplified_dict()
+      | self._empirical_dict()
+    )
+
+  def _empirical_dict(self) -> dict[str, Any]:
+    """`empirical` of a run with canaries (none without: outputs unchanged)."""
+    return {} if self.empirical is None else {"empirical": self.empirical.to_dict()}
 
   def _amplified_dict(self) -> dict[str, Any]:
     """The keys of a declared cyclic Poisson sampling (none without one: outputs unchanged)."""
@@ -288,8 +301,13 @@ class AuditResult:
     return {
       # "epsilon" is then the claim: amplified if credited, else the realized one.
       "epsilon": self.epsilon,
+      # The accountant of "epsilon" (PLD for the amplified event, the realized claim's otherwise).
+      "accountant": self.amplified.accounting.accountant
+      if self.amplification_credited
+      else self.realized.accountant,
       "epsilon_amplified": self.amplification_credited,
       "unamplified_epsilon": self.realized.epsilon,
+      "unamplified_accountant": self.realized.accountant,
       "amplification": self.amplified.to_dict(),
     }
 
@@ -322,7 +340,7 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
     d = result.declared
     holds = "the log complies" if v.declared_holds else "VIOLATED by the log"
     lines.append(
-      f"declared participation: {_declared_in_words(d.min_sep, d.max_participations)}: {holds}"
+      f"declared participation: {declared_in_words(d.min_sep, d.max_participations)}: {holds}"
     )
   lines += ["", "privacy statement:", _wrap(v.statement, "  ")]
   if not result.no_noise:
@@ -383,6 +401,8 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
     )
   elif len(result.violations) > max_violations:
     lines.append(f"  ... {len(result.violations) - max_violations} more (see --json)")
+  if result.empirical is not None:
+    lines += [""] + result.empirical.summary_lines()
   for note in result.notes:
     lines.append(f"note: {note}")
   for w in result.warnings:

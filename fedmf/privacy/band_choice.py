@@ -55,7 +55,10 @@ def candidate_bands(
     raise FedmfUserError(
       f"no band count fits: the dataset size {dataset_size} is below the batch size {batch_size:g}"
     )
-  return [1 << p for p in range(int(math.log2(cap)) + 1) if (1 << p) < cap] + [cap]
+  candidates = [1 << p for p in range(int(math.log2(cap)) + 1) if (1 << p) < cap] + [cap]
+  for bands in candidates:  # Each candidate's sampling is checked now, before any optimization.
+    amplification.CyclicPoissonSampling(int(dataset_size), batch_size, bands)
+  return candidates
 
 
 def pld_interval_for(target_epsilon: float) -> float:

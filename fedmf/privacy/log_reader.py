@@ -13,7 +13,6 @@ import gzip
 import io
 import json
 import os
-import sys
 import zlib
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -21,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fedmf.mf import resources
 from fedmf.privacy.log_format import (
   CLIENT_ID,
   MAX_ROUND_VALUE,
@@ -188,25 +188,20 @@ def _arrow_error(path: str, e: Exception) -> ParticipationLogError:
 
 
 class _Progress:
-  """A tqdm bar on stderr (when enabled): bytes of the file read for CSV, rows for Parquet/JSONL."""
+  """The read's progress (`fedmf.progress`: a bar on a terminal, lines with an ETA every 30 s
+  otherwise, so only a large log shows any): bytes of the file read for CSV (compressed bytes for
+  .csv.gz), rows for Parquet/JSONL."""
 
   def __init__(self, path: str, enabled: bool, fmt: LogFormat):
     self.bar = None
+    self.by_bytes = fmt.kind == "csv"
     if not enabled:
       return
-    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    from fedmf import progress  # pylint: disable=g-import-not-at-top
 
-    desc = f"reading {os.path.basename(path)}"
-    if fmt.kind == "csv":  # Position in the file itself (compressed bytes for .csv.gz).
-      self.bar = tqdm(
-        total=os.path.getsize(path),
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=desc,
-        file=sys.stderr,
-        leave=False,
-      )
+    label = f"reading {os.path.basename(path)}"
+    if self.by_bytes:
+      total = os.path.getsize(path)
     else:
       total = None
       if fmt.kind == "parquet":
@@ -216,18 +211,18 @@ class _Progress:
           total = pq.ParquetFile(path).metadata.num_rows
         except (pa.ArrowInvalid, OSError):
           pass
-      self.bar = tqdm(
-        total=total, unit=" rows", unit_scale=True, desc=desc, file=sys.stderr, leave=False
-      )
+    self.bar = progress.Progress(
+      total, unit="row", label=label, every=None, byte_sizes=self.by_bytes
+    )
 
   def position(self, position: int) -> None:
     """CSV: the file has been read up to ``position`` bytes."""
-    if self.bar is not None and self.bar.unit == "B":
-      self.bar.update(max(0, min(position, self.bar.total) - self.bar.n))
+    if self.bar is not None and self.by_bytes:
+      self.bar.update(min(position, self.bar.total))
 
   def rows(self, rows: int) -> None:
-    if self.bar is not None and self.bar.unit != "B":
-      self.bar.update(rows)
+    if self.bar is not None and not self.by_bytes:
+      self.bar.update(self.bar.done + rows)
 
   def close(self) -> None:
     if self.bar is not None:
@@ -386,12 +381,51 @@ def _iter_csv(
     except pa.ArrowInvalid as e:
       if not pa.types.is_string(round_type) and "conversion error to" in str(e):
         continue
+      if "straddl" in str(e):  # Arrow's "straddling object straddles two block boundaries".
+        raise _long_line_error(path, fmt) from None
       raise _arrow_error(path, e) from None
     except (pa.ArrowIOError, OSError, EOFError) as e:
       raise _arrow_error(path, e) from None
     finally:
       if raw is not None:
         raw.close()
+
+
+def _long_line_error(path: str, fmt: LogFormat) -> ParticipationLogError:
+  """The one-line error for a CSV line longer than a read block (pyarrow says only "straddling
+  object straddles two block boundaries"): which row, how long, and what a row should be."""
+  found = _first_long_line(path, fmt, _CSV_BLOCK_SIZE)
+  limit = f"{_CSV_BLOCK_SIZE >> 20} MiB"
+  if found is None:  # (not expected: the reader saw one)
+    return ParticipationLogError(f"{path}: a line is longer than {limit}: not a participation log?")
+  line, length = found
+  where = "the header line" if line == 1 else f"row {line - 1} (line {line})"
+  return ParticipationLogError(
+    f"{path}: {where} is {length / 2**20:.1f} MiB long, beyond the {limit} a row may have (a "
+    "round and a client id): is this a participation log?"
+  )
+
+
+def _first_long_line(path: str, fmt: LogFormat, limit: int) -> Optional[tuple[int, int]]:
+  """(1-based line number, length in bytes) of the first line longer than `limit`, or None; one
+  streamed pass, 1 MiB at a time."""
+  opener = gzip.open if fmt.gzip else open
+  number, length = 1, 0
+  with opener(path, "rb") as f:
+    while True:
+      chunk = f.read(1 << 20)
+      if not chunk:
+        return (number, length) if length > limit else None
+      start = 0
+      while True:
+        end = chunk.find(b"\n", start)
+        if end < 0:
+          length += len(chunk) - start
+          break
+        length += end - start
+        if length > limit:
+          return number, length
+        number, length, start = number + 1, 0, end + 1
 
 
 def _iter_jsonl(path: str, fmt: LogFormat, columns: Sequence[str] | None) -> Iterator[Any]:
@@ -492,7 +526,8 @@ def iter_log_batches(
   Args:
     path: A ``.csv``, ``.csv.gz``, ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file.
     columns: Columns to read (must include 'round' and 'client_id'); None reads all, extras kept.
-    progress: Show a tqdm progress bar on stderr (the caller decides: e.g. only on a terminal).
+    progress: Show progress on stderr (`fedmf.progress`: a bar on a terminal, else a line with
+      the ETA every 30 s of reading).
     end: Receives what the end of a CSV file showed (``LogTail.cut_off_row``: a last line without
       its line end), once the last batch has been read.
 
@@ -527,6 +562,7 @@ def iter_log_batches(
         raise _arrow_error(path, e) from None
       if batch.num_rows == 0:
         continue
+      resources.check_time()  # --max-seconds: a huge log is stopped between batches.
       table = _validate_batch(path, batch, row)
       row += table.num_rows
       total += table.num_rows

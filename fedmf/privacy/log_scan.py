@@ -1,38 +1,23 @@
-"""The one-pass scan of a participation log in round order: statistics and violations with memory
-that grows with the clients and rounds, not the rows.
+"""The one-pass scan of a participation log in round order (``LogScan``): statistics and
+violations with memory that grows with the clients and rounds, not the rows.
 
-``scan_log`` streams a log file (``fedmf.privacy.participation_log``: reading and id coding in a
-background thread) through ``LogScan``, vectorized over batches of rows; violations are counted in
-full and listed up to a limit. A log not in round order is read into arrays and counted by
-``log_statistics._sorted_log_statistics`` instead (same results). docs/participation-log.md says how
+``fedmf.privacy.log_statistics`` feeds it a log's rows in batches and falls back to the sort
+(``fedmf.privacy.log_sort``, same results) when the rows are not in round order; docs/participation-log.md says how
 the auditor reads a log; docs/benchmarks.md §2 what it costs.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import os
 from typing import Any, Optional
 
 import numpy as np
 
-from fedmf.errors import FedmfUserError
-from fedmf.privacy import participation_log
-from fedmf.privacy.log_statistics import (
-  REASONS,
-  LogStatistics,
-  ViolationTable,
-  _check_round_statistics,
-  _sorted_log_statistics,
-)
-
-logger = logging.getLogger(__name__)
-
-DEFAULT_VIOLATION_LIMIT = 10_000
+from fedmf.privacy import log_sort
+from fedmf.privacy.log_counts import REASONS, LogStatistics, ViolationTable, check_round_statistics
+from fedmf.privacy.log_format import ParticipationLogError
 
 
-class _NotRoundOrdered(Exception):
+class NotRoundOrdered(Exception):
   """The one-pass scan does not apply: a batch goes back to an earlier round (or rounds >= 2^22)."""
 
 
@@ -89,7 +74,7 @@ class LogScan:
   (``_HISTORY_ROWS`` at most), or from a second pass (``finish(reread=...)``) when that prefix does
   not reach far enough.
 
-  Raises ``_NotRoundOrdered`` from ``update`` when a batch starts before the previous batch's last
+  Raises ``NotRoundOrdered`` from ``update`` when a batch starts before the previous batch's last
   round (a batch out of order within itself is sorted), or has a round above ``MAX_ROUND``.
   """
 
@@ -139,11 +124,11 @@ class LogScan:
       rounds, codes = rounds[order], codes[order]
       step = np.diff(rounds)
     if rounds[0] < 0:
-      raise participation_log.ParticipationLogError(f"negative round {int(rounds[0])}")
+      raise ParticipationLogError(f"negative round {int(rounds[0])}")
     if rounds[0] < self._max_round or rounds[-1] > MAX_ROUND:
       if rounds[-1] > MAX_ROUND:  # The sorted path allocates per round: refuse it now if too big.
-        _check_round_statistics(int(rounds[-1]) + 1)
-      raise _NotRoundOrdered()
+        check_round_statistics(int(rounds[-1]) + 1)
+      raise NotRoundOrdered()
     self._reserve(
       int(codes.max()) + 1 if num_codes is None else int(num_codes), int(rounds[-1]) + 1
     )
@@ -308,7 +293,7 @@ class LogScan:
         listed violator were not kept. Without it, such violations are counted, not listed.
     """
     if self.rows == 0:
-      raise participation_log.ParticipationLogError("empty log (no participation rows)")
+      raise ParticipationLogError("empty log (no participation rows)")
     space = max(int(num_clients), self._codes_seen)
     self._state = _grown(self._state, space, 0)
     state = self._state[:space]
@@ -379,10 +364,10 @@ class LogScan:
         rows_r.append(np.asarray(r)[keep])
         rows_c.append(np.asarray(c)[keep])
     if not from_history and seen != self.rows:  # The second pass must see the same rows.
-      raise participation_log.ParticipationLogError(
+      raise ParticipationLogError(
         f"the log changed while it was audited ({self.rows} rows, then {seen})"
       )
-    _, table = _sorted_log_statistics(
+    _, table = log_sort.sorted_statistics(
       np.concatenate(rows_r).astype(np.int64),
       np.concatenate(rows_c).astype(np.int64),
       space,
@@ -391,153 +376,3 @@ class LogScan:
       client_ids,
     )
     return table.limited(self._limit, totals)
-
-
-_SCAN_CHUNK_ROWS = 1 << 20
-
-
-def _prefetched(items, depth: int = 3):
-  """Iterates ``items`` with a background thread computing up to ``depth`` items ahead.
-
-  Exceptions of the producer are re-raised here; leaving the loop early stops the producer.
-  """
-  import queue  # pylint: disable=g-import-not-at-top
-  import threading  # pylint: disable=g-import-not-at-top
-
-  buffer: queue.Queue = queue.Queue(maxsize=depth)
-  stop = threading.Event()
-  done = object()
-
-  def produce():
-    try:
-      for item in items:
-        while not stop.is_set():
-          try:
-            buffer.put((item, None), timeout=0.1)
-            break
-          except queue.Full:
-            continue
-        if stop.is_set():
-          return
-      buffer.put((done, None))
-    except BaseException as e:  # pylint: disable=broad-except
-      buffer.put((done, e))
-    finally:
-      if hasattr(items, "close"):
-        items.close()  # Closes the log file now, not when garbage collected.
-
-  worker = threading.Thread(target=produce, name="fedmf-log-reader", daemon=True)
-  worker.start()
-  try:
-    while True:
-      item, error = buffer.get()
-      if item is done:
-        if error is not None:
-          raise error
-        return
-      yield item
-  finally:
-    stop.set()
-    while worker.is_alive():  # Unblock a producer waiting on a full buffer.
-      try:
-        buffer.get(timeout=0.1)
-      except queue.Empty:
-        pass
-    worker.join()
-
-
-def log_statistics(
-  rounds: np.ndarray,
-  codes: np.ndarray,
-  num_clients: int,
-  declared_min_sep: Optional[int] = None,
-  declared_max_participations: Optional[int] = None,
-  client_ids: Any = None,
-  *,
-  violation_limit: Optional[int] = None,
-):
-  """Statistics and violations of a log given as rounds + client codes (``ParticipationArrays``).
-
-  Rows in round order (as the log writer produces them) take the one-pass ``LogScan``; other logs
-  one sort of (code, round) keys. Same results either way.
-
-  Args:
-    violation_limit: List at most this many violation entries (all when None); all are counted.
-
-  Returns:
-    (LogStatistics, ViolationTable). Violations name clients through ``client_ids[code]``
-    (a pyarrow array or sequence; codes themselves when None).
-  """
-  rows = int(rounds.shape[0])
-  if rows == 0:
-    raise participation_log.ParticipationLogError("empty log (no participation rows)")
-
-  def chunks():
-    for lo in range(0, rows, _SCAN_CHUNK_ROWS):
-      yield rounds[lo : lo + _SCAN_CHUNK_ROWS], codes[lo : lo + _SCAN_CHUNK_ROWS]
-
-  scan = LogScan(declared_min_sep, declared_max_participations, violation_limit)
-  try:
-    for r, c in chunks():
-      scan.update(r, c)
-  except _NotRoundOrdered:
-    stats, table = _sorted_log_statistics(
-      rounds, codes, num_clients, declared_min_sep, declared_max_participations, client_ids
-    )
-    return stats, table.limited(violation_limit)
-  return scan.finish(num_clients, client_ids, reread=chunks)
-
-
-def scan_log(
-  path: str | os.PathLike[str],
-  *,
-  min_sep: Optional[int] = None,
-  max_participations: Optional[int] = None,
-  violation_limit: Optional[int] = DEFAULT_VIOLATION_LIMIT,
-  progress: bool = False,
-):
-  """(LogStatistics, ViolationTable) of a log file, streamed (memory: clients + rounds).
-
-  One pass when the rows are in round order (as ``ParticipationLogWriter`` writes them), plus a
-  second pass only if a listed violator's rows were not kept (``LogScan``); a log out of round order
-  is read whole into arrays and sorted instead (about 16 bytes a row).
-  """
-  path = os.fspath(path)
-  index = participation_log.ClientIndex()
-  end = participation_log.LogTail()
-  scan = LogScan(min_sep, max_participations, violation_limit)
-  # Reading and coding the ids (one thread) overlap the scan (this one): both are Arrow and numpy
-  # kernels, which release the GIL.
-  batches = _prefetched(participation_log.iter_participation_codes(path, index, progress, end))
-  try:
-    try:
-      for rounds, codes in batches:
-        scan.update(rounds, codes, len(index))
-    finally:
-      batches.close()  # Stops the reader thread now, not when the traceback is dropped.
-    stats, table = scan.finish(
-      len(index),
-      index.client_ids(),
-      reread=lambda: participation_log.iter_participation_codes(path, index, progress),
-    )
-    cut_off_row = end.cut_off_row
-  except _NotRoundOrdered:
-    logger.info("%s is not in round order: sorting it in memory", path)
-    arrays = participation_log.read_participation_arrays(path, progress=progress)
-    stats, table = _sorted_log_statistics(
-      arrays.rounds,
-      arrays.codes,
-      len(arrays.client_ids),
-      min_sep,
-      max_participations,
-      arrays.client_ids,
-    )
-    table = table.limited(violation_limit)
-    cut_off_row = arrays.cut_off_row
-  except FedmfUserError as e:
-    if str(e).startswith(path):
-      raise
-    raise type(e)(f"{path}: {e}") from None
-  if cut_off_row is not None:
-    stats = dataclasses.replace(stats, cut_off_row=cut_off_row)
-  return stats, table

@@ -17,6 +17,7 @@ import numpy as np
 
 from fedmf.errors import FedmfUserError
 from fedmf.privacy import amplification
+from fedmf.privacy import accounting
 
 _SHOWN = 5  # Violations named in the report.
 
@@ -163,7 +164,7 @@ def audit_amplified(
   noise_multiplier: float,
   delta: float,
   assignment: Optional[Mapping[Any, int]] = None,
-  accountant: str = "pld",
+  accountant: accounting.Accountant = accounting.AMPLIFIED_ACCOUNTANT,
 ) -> AmplifiedAudit:
   """Checks the log against the declared P-cyclic Poisson sampling over `dataset_size` devices
   with probability q, and reports the amplified ε of `strategy` over n rounds if it complies.
@@ -226,7 +227,7 @@ def audit_declared(
   n: int,
   noise_multiplier: float,
   delta: float,
-  accountant: str = "pld",
+  accountant: accounting.Accountant = accounting.AMPLIFIED_ACCOUNTANT,
 ) -> AmplifiedAudit:
   """`audit_amplified` on a log read as codes into `client_ids` (as the auditor reads it).
 

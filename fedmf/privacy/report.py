@@ -18,7 +18,7 @@ import numpy as np
 
 from fedmf import atomic_files
 from fedmf import jsonio
-from fedmf.privacy import audit as audit_lib
+from fedmf.privacy import audit_result
 from fedmf.privacy import report_plots
 from fedmf.privacy import report_render
 from fedmf.privacy.report_model import PLOT_FILES, RunMetrics, build_document
@@ -58,7 +58,7 @@ def _curve_csv(curve) -> str:
 
 
 def write_report(
-  result: audit_lib.AuditResult,
+  result: audit_result.AuditResult,
   out_dir: str | os.PathLike[str],
   *,
   strategy_path: Optional[str] = None,

@@ -19,7 +19,11 @@ from typing import Any, Optional
 import numpy as np
 
 from fedmf import __version__
-from fedmf.privacy import audit as audit_lib
+from fedmf import display
+from fedmf.privacy import audit_result
+from fedmf.privacy import log_counts
+from fedmf.privacy import report_words
+from fedmf.privacy import report_measured
 
 # The file of each plot, by key.
 PLOT_FILES = {
@@ -29,6 +33,7 @@ PLOT_FILES = {
   "violators": "violating_clients.png",
   "training": "training.png",
   "checkins": "checkins.png",
+  "canaries": "canary_statistics.png",
 }
 
 
@@ -39,6 +44,9 @@ class RunMetrics:
 
   columns: dict[str, np.ndarray]
   initial_accuracy: Optional[float] = None
+  # (rounds completed, accuracy) of the final model when it was evaluated after the last
+  # evaluation round (a run stopped by its budget between two evaluations).
+  final_accuracy: Optional[tuple[int, float]] = None
 
   def get(self, name: str) -> Optional[np.ndarray]:
     values = self.columns.get(name)
@@ -101,6 +109,9 @@ class ReportDocument:
   violations: tuple[ViolationRow, ...]  # The first `max_violations`.
   more_violations: int  # Listed in audit.json only.
   statement_sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+  explanations: tuple[report_words.Paragraph, ...] = ()  # In plain words, with their docs.
+  # Measured privacy (a run with canaries; `fedmf.privacy.report_measured`), else None.
+  measured: Optional[Any] = None
   version: str = __version__
 
 
@@ -110,7 +121,7 @@ def _fmt(value: Optional[float], digits: int = 4) -> str:
   return "inf" if math.isinf(value) else f"{value:.{digits}g}"
 
 
-def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tuple[str, str]]]]:
+def privacy_statement(result: audit_result.AuditResult) -> list[tuple[str, list[tuple[str, str]]]]:
   """The statement as (section, [(item, text)]) in the structure of BLT App. C.
 
   Its formal statement is `AuditResult.verdict().statement`: what the log supports.
@@ -147,6 +158,11 @@ def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tup
     if a.accountant == "pld"
     else "the exact analytic Gaussian curve (Balle & Wang 2018) for (epsilon, delta)-DP"
   )
+  if result.amplification_credited:  # The claim is the amplified event's: PLD its accountant.
+    acct += (
+      "; the amplified claim by PLD accounting (dp_accounting) of the Poisson-subsampled event, "
+      "its only accountant"
+    )
   rounds_source = (
     "given" if result.rounds_source == "given" else "inferred from the log: max round + 1"
   )
@@ -214,7 +230,7 @@ def privacy_statement(result: audit_lib.AuditResult) -> list[tuple[str, list[tup
   ]
 
 
-def _status(result: audit_lib.AuditResult) -> tuple[str, str]:
+def _status(result: audit_result.AuditResult) -> tuple[str, str]:
   """(css class, short title) of the statement box."""
   v = result.verdict()
   if not v.guarantee:
@@ -230,7 +246,7 @@ def _status(result: audit_lib.AuditResult) -> tuple[str, str]:
   return "ok", "Privacy guarantee holds"
 
 
-def _facts(result: audit_lib.AuditResult, hashes: dict[str, Any]) -> list[tuple[str, str]]:
+def _facts(result: audit_result.AuditResult, hashes: dict[str, Any]) -> list[tuple[str, str]]:
   s = result.stats
   a = result.realized
   realized_b = (
@@ -257,18 +273,18 @@ def _facts(result: audit_lib.AuditResult, hashes: dict[str, Any]) -> list[tuple[
     facts.append(
       (
         "Declared participation",
-        f"{audit_lib._declared_in_words(d.min_sep, d.max_participations)}: {holds}",
+        f"{audit_result.declared_in_words(d.min_sep, d.max_participations)}: {holds}",
       )  # pylint: disable=protected-access
     )
   if result.max_epsilon is not None:
-    facts.append(("Budget (--max-epsilon)", f"{result.max_epsilon:g}"))
+    facts.append(("Budget ε (--max-epsilon; a run's budget.epsilon)", f"{result.max_epsilon:g}"))
   facts.append(("Log sha256", hashes.get("log") or "not available"))
   if hashes.get("strategy"):
     facts.append(("Strategy sha256", hashes["strategy"]))
   return facts
 
 
-def _claims_rows(result: audit_lib.AuditResult) -> list[list[str]]:
+def _claims_rows(result: audit_result.AuditResult) -> list[list[str]]:
   s = result.stats
   a = result.realized
   rows = [
@@ -279,7 +295,7 @@ def _claims_rows(result: audit_lib.AuditResult) -> list[list[str]]:
       f"{a.sensitivity:.6g}",
       a.sensitivity_method,
       _fmt(a.rho),
-      _fmt(a.epsilon),
+      display.epsilon(a.epsilon),
       "yes" if result.verdict().guarantee else "no",
     ]
   ]
@@ -296,7 +312,7 @@ def _claims_rows(result: audit_lib.AuditResult) -> list[list[str]]:
         f"{d.sensitivity:.6g}",
         d.sensitivity_method,
         _fmt(d.rho),
-        _fmt(d.epsilon),
+        display.epsilon(d.epsilon),
         "yes" if holds else "NO",
       ]
     )
@@ -311,7 +327,7 @@ def _claims_rows(result: audit_lib.AuditResult) -> list[list[str]]:
         "-" if acc is None else f"{acc.max_column_norm:.6g}",
         "BandMF Thm 4",
         "-",
-        "-" if acc is None else _fmt(acc.epsilon),
+        "-" if acc is None else display.epsilon(acc.epsilon),
         "yes" if result.amplification_credited and result.verdict().guarantee else "NO",
       ]
     )
@@ -323,7 +339,7 @@ _FIGURES = (
   (
     "epsilon",
     "Privacy over rounds",
-    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε; dotted (when a budget is given, --max-epsilon): the budget.",
+    "ε after r released rounds for the realized participation of the first r rounds; dashed: the declared ε; dotted: the budget, when there is one (fedmf audit --max-epsilon; fedmf train's budget.epsilon).",
   ),
   (
     "participations",
@@ -343,7 +359,14 @@ _FIGURES = (
   (
     "training",
     "Training",
-    "Test accuracy and loss of the model on the evaluated rounds (metrics.csv).",
+    "Test accuracy and loss of the model on the evaluated rounds (metrics.csv); a diamond: the final model, evaluated when the run stopped between two evaluation rounds.",
+  ),
+  (
+    "canaries",
+    "Canary statistics",
+    "Per threat model, the statistics of the inserted canaries against the held-out ones (the "
+    "null), with the Gaussians fitted to each (Andrew et al. 2024); dashed: where the inserted ones "
+    "would sit if the mechanism is exactly as analyzed.",
   ),
   (
     "checkins",
@@ -361,6 +384,7 @@ _SECTIONS = {
   "violators": ("participation", "Participation"),
   "training": ("training", "Training"),
   "checkins": ("training", "Training"),
+  "canaries": ("measured", "Measured privacy"),
 }
 
 
@@ -371,7 +395,7 @@ def _no_refusals(metrics: RunMetrics) -> str:
 
 
 def build_document(
-  result: audit_lib.AuditResult,
+  result: audit_result.AuditResult,
   plots: dict[str, bytes],
   hashes: dict[str, Any],
   max_violations: int,
@@ -423,10 +447,12 @@ def build_document(
     no_refusals=(
       _no_refusals(metrics) if metrics is not None and "checkins" not in plots else None
     ),
-    violation_counts=tuple((reason, counts[reason]) for reason in audit_lib.REASONS),
+    violation_counts=tuple((reason, counts[reason]) for reason in log_counts.REASONS),
     violations=violations,
     more_violations=max(result.violations.total - max_violations, 0) if violations else 0,
     statement_sections=tuple(
       (section, tuple(items)) for section, items in privacy_statement(result)
     ),
+    explanations=report_words.for_result(result),
+    measured=report_measured.section(result.empirical),
   )

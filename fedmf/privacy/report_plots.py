@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fedmf.privacy import audit as audit_lib
+from fedmf import display
+from fedmf.privacy import audit_result
 from fedmf.privacy.report_model import RunMetrics
 
 # Colors (matplotlib's tab palette) of the plots.
@@ -50,16 +51,22 @@ def _png(fig) -> bytes:
   return buf.getvalue()
 
 
-def _count_axis(ax, counts: np.ndarray) -> None:
-  """Linear counts, unless they span more than three orders of magnitude (then log)."""
+def _count_axis(ax, counts: np.ndarray, values: Optional[np.ndarray] = None) -> None:
+  """Linear counts, unless they span more than three orders of magnitude (then log); whole
+  numbers on the x axis (`values`, when few, are the ticks themselves: MaxNLocator falls back to
+  fractional ticks when fewer than two integers are in view, e.g. one bar at 1)."""
   from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
 
   positive = counts[counts > 0]
   if positive.size and positive.max() / positive.min() > 1000:
     ax.set_yscale("log")
   else:
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+  if values is not None and 0 < values.size <= 12:
+    ax.set_xticks([int(v) for v in values])
+    ax.set_xlim(float(values.min()) - 1, float(values.max()) + 1)
+  else:
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 
 def _bars(ax, values, counts, bad, label_bad: str, label_ok: str) -> None:
@@ -85,7 +92,7 @@ def _bars(ax, values, counts, bad, label_bad: str, label_ok: str) -> None:
   return handles
 
 
-def _plot_participations(result: audit_lib.AuditResult) -> bytes:
+def _plot_participations(result: audit_result.AuditResult) -> bytes:
   plt = _pyplot()
   s = result.stats
   k_declared = result.declared.max_participations if result.declared else None
@@ -98,16 +105,19 @@ def _plot_participations(result: audit_lib.AuditResult) -> bytes:
       k_declared + 0.5, color=_DECLARED, ls="--", label=f"declared k = {k_declared}"
     )
     handles.append(line)
-  ax.legend(handles=handles, frameon=False, loc="upper right")
-  _count_axis(ax, counts)
+  _count_axis(ax, counts, values)
+  if k_declared is not None:  # The declared k in view, beside the bars.
+    low, high = ax.get_xlim()
+    ax.set_xlim(min(low, k_declared - 0.5), max(high, k_declared + 1.5))
+  ax.margins(y=0.3)
+  ax.legend(handles=handles, frameon=False, loc="upper right", fontsize=8)
   ax.set_xlabel("participations per client")
   ax.set_ylabel("clients")
   ax.set_title(f"Participations per client (realized k = {s.observed_max_participations})")
-  ax.margins(y=0.15)
   return _png(fig)
 
 
-def _plot_gaps(result: audit_lib.AuditResult) -> bytes:
+def _plot_gaps(result: audit_result.AuditResult) -> bytes:
   plt = _pyplot()
   s = result.stats
   b_declared = result.declared.min_sep if result.declared else None
@@ -120,9 +130,12 @@ def _plot_gaps(result: audit_lib.AuditResult) -> bytes:
       handles.append(
         ax.axvline(b_declared - 0.5, color=_DECLARED, ls="--", label=f"declared b = {b_declared}")
       )
-    ax.legend(handles=handles, frameon=False, loc="upper right")
-    _count_axis(ax, counts)
-    ax.margins(y=0.15)
+    _count_axis(ax, counts, values)
+    if b_declared is not None:  # The declared b in view, beside the bars.
+      low, high = ax.get_xlim()
+      ax.set_xlim(min(low, b_declared - 1.5), max(high, b_declared + 0.5))
+    ax.margins(y=0.3)
+    ax.legend(handles=handles, frameon=False, loc="upper right", fontsize=8)
   else:
     ax.text(0.5, 0.5, "no client participated twice", ha="center", transform=ax.transAxes)
     ax.set_yticks([])
@@ -133,7 +146,7 @@ def _plot_gaps(result: audit_lib.AuditResult) -> bytes:
   return _png(fig)
 
 
-def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
+def _plot_epsilon(result: audit_result.AuditResult) -> bytes:
   plt = _pyplot()
   c = result.curve
   fig, ax = plt.subplots(figsize=(_WIDTH, 3.6))
@@ -143,7 +156,7 @@ def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
   final = float(c.epsilon[-1])
   ax.plot([c.rounds[-1]], [final], "o", color=_MAIN)
   ax.annotate(
-    f"ε = {final:.3g}",
+    f"ε = {display.epsilon(final)}",
     (c.rounds[-1], final),
     xytext=(-6, 6),
     textcoords="offset points",
@@ -158,7 +171,7 @@ def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
       eps_d,
       color=_DECLARED if holds else _BAD,
       ls="--",
-      label=f"declared ε = {eps_d:.4g}" + ("" if holds else " (does NOT hold)"),
+      label=f"declared ε = {display.epsilon(eps_d)}" + ("" if holds else " (does NOT hold)"),
     )
     top = max(top, eps_d)
   if result.max_epsilon is not None:
@@ -166,8 +179,11 @@ def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
       result.max_epsilon, color=_BUDGET, ls=":", lw=2, label=f"budget ε = {result.max_epsilon:g}"
     )
     top = max(top, result.max_epsilon)
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
+
   ax.set_ylim(0, top * 1.15 if top > 0 else 1)
   ax.set_xlim(0, c.rounds[-1] * 1.02)
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
   ax.set_xlabel("rounds released r")
   ax.set_ylabel(f"ε at δ = {c.delta:g}")
   ax.set_title("Privacy over rounds (realized participation of the first r rounds)")
@@ -176,7 +192,7 @@ def _plot_epsilon(result: audit_lib.AuditResult) -> bytes:
   return _png(fig)
 
 
-def _plot_violators(result: audit_lib.AuditResult) -> Optional[bytes]:
+def _plot_violators(result: audit_result.AuditResult) -> Optional[bytes]:
   """Each listed violating client's participations on a row; too-close pairs joined in red."""
   listed = [v for v in result.violations[: 4 * _MAX_TIMELINE_CLIENTS]]
   if not listed:
@@ -204,7 +220,11 @@ def _plot_violators(result: audit_lib.AuditResult) -> Optional[bytes]:
     [name if len(name) <= 24 else name[:21] + "..." for name, _ in rows], fontsize=7
   )
   ax.invert_yaxis()
-  ax.set_xlim(-0.5, result.rounds - 0.5)
+  # The span of the plotted participations, not of every round audited: violations early in a
+  # long run would otherwise crowd the left edge.
+  plotted = [r for _, entry in rows for r in entry["rounds"]]
+  pad = 0.03 * max(max(plotted) - min(plotted), 10) + 0.5
+  ax.set_xlim(max(-0.5, min(plotted) - pad), max(plotted) + pad)
   ax.set_xlabel("round")
   extra = "" if b is None else f"; red: gaps below the declared b = {b}"
   ax.set_title(f"Violating clients (first {len(rows)}): their participations{extra}", fontsize=10)
@@ -220,13 +240,27 @@ def _plot_training(metrics: RunMetrics) -> Optional[bytes]:
   plt = _pyplot()
   fig, (left, right) = plt.subplots(1, 2, figsize=(_WIDTH, 3.2))
   x = rounds + 1  # Rounds completed.
+  xs, ys = np.zeros(0), np.zeros(0)
   if accuracy is not None:
     ok = np.isfinite(accuracy)
     xs, ys = x[ok], accuracy[ok]
-    if metrics.initial_accuracy is not None:  # Before the first round.
-      xs, ys = np.append(0, xs), np.append(metrics.initial_accuracy, ys)
-    left.plot(xs, ys, "o-", color=_MAIN, ms=3)
-    left.set_ylim(0, max(float(np.nanmax(ys)) * 1.15, 1e-3))
+  if metrics.initial_accuracy is not None:  # Before the first round.
+    xs, ys = np.append(0, xs), np.append(metrics.initial_accuracy, ys)
+  top = float(np.nanmax(ys)) if ys.size else 0.0
+  if ys.size:
+    left.plot(xs, ys, "o-", color=_MAIN, ms=4, label="evaluation rounds")
+  final = metrics.final_accuracy
+  if final is not None:  # The final model, evaluated after the run stopped between evaluations.
+    if ys.size:
+      left.plot([xs[-1], final[0]], [ys[-1], final[1]], ":", color=_MAIN)
+    left.plot([final[0]], [final[1]], "D", color=_DECLARED, ms=6, label="final model")
+    top = max(top, final[1])
+  if ys.size or final is not None:
+    left.set_ylim(0, max(top * 1.3, 1e-3))
+    left.set_xlim(0, max(float(x.max()), final[0] if final else 0, 1.0) * 1.04)
+    left.legend(frameon=False, loc="lower right", fontsize=8)
+  else:
+    left.text(0.5, 0.5, "not evaluated", ha="center", transform=left.transAxes)
   left.set_title("Test accuracy")
   left.set_xlabel("rounds completed")
   left.grid(alpha=0.3)
@@ -259,7 +293,7 @@ def _plot_training(metrics: RunMetrics) -> Optional[bytes]:
   right.set_title(title)
   right.set_xlabel("rounds completed")
   right.grid(alpha=0.3)
-  right.legend(frameon=False)
+  right.legend(frameon=False, loc="best", fontsize=8)
   return _png(fig)
 
 
@@ -282,7 +316,9 @@ def _plot_checkins(metrics: RunMetrics) -> Optional[bytes]:
     )
   from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
 
-  ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+  ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+  highest = float(np.nanmax(np.nan_to_num(refused)))
+  ax.set_ylim(0, max(highest, 1.0) * 1.4)  # Room for the legend above the bars.
   total = int(np.nansum(refused))
   ax.set_title(f"Check-ins refused by the server per round (total {total})")
   ax.set_xlabel("round")
@@ -291,7 +327,54 @@ def _plot_checkins(metrics: RunMetrics) -> Optional[bytes]:
   return _png(fig)
 
 
-def draw(result: audit_lib.AuditResult, metrics: Optional[RunMetrics]) -> dict[str, bytes]:
+def _plot_canaries(result: audit_result.AuditResult) -> Optional[bytes]:
+  """Measured privacy: per threat model, the inserted and held-out canaries' statistics as
+  histograms with their fitted Gaussians (Andrew et al.'s fit), and the claimed mean."""
+  measured = result.empirical
+  if measured is None:
+    return None
+  plt = _pyplot()
+  names = [name for name in ("all_releases", "final_model") if name in measured.estimates]
+  fig, axes = plt.subplots(1, len(names), figsize=(_WIDTH, 3.4), squeeze=False)
+  inserted = measured.inserted_mask
+  for ax, name in zip(axes[0], names):
+    e = measured.estimates[name]
+    scores = measured.scores[name]
+    ok = np.isfinite(scores)
+    held, ins = scores[ok & ~inserted], scores[ok & inserted]
+    lo = min(held.min(), ins.min())
+    hi = max(held.max(), ins.max())
+    fit = e.fit
+    # Bins of about a fifth of the null's sd, capped in number: both groups on one scale.
+    width = max(fit.held_out_sd / 5, (hi - lo) / 120)
+    bins = np.arange(lo, hi + width, width)
+    ax.hist(held, bins=bins, color="#7f7f7f", alpha=0.6, label=f"held out ({held.size})")
+    ax.hist(ins, bins=bins, color=_MAIN, alpha=0.6, label=f"inserted ({ins.size})")
+    grid = np.linspace(lo - width, hi + width, 400)
+    for mean, sd, count, color in (
+      (fit.held_out_mean, fit.held_out_sd, held.size, "#404040"),
+      (fit.inserted_mean, fit.inserted_sd, ins.size, _MAIN),
+    ):
+      pdf = np.exp(-0.5 * ((grid - mean) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+      ax.plot(grid, pdf * count * width, color=color, lw=1.5)
+    if e.expected_mu is not None:
+      claimed = e.expected_mu  # the statistic is in units of the claimed noise: N(μ, 1)
+      ax.axvline(claimed, color=_DECLARED, ls="--", label=f"claimed mean (μ = {e.expected_mu:.3g})")
+    ax.set_title(
+      f"{name.replace('_', ' ')}\nμ̂ = {fit.mu:.3g}, ε̂ = {fit.epsilon:.3g} (analytic "
+      f"{e.analytic_epsilon:.3g})",
+      fontsize=9,
+    )
+    ax.set_xlabel(
+      "decorrelated statistic" if name == "all_releases" else "cosine with the final change"
+    )
+    ax.set_ylabel("canaries")
+    ax.legend(frameon=False, fontsize=7, loc="upper center")
+    ax.margins(y=0.25)
+  return _png(fig)
+
+
+def draw(result: audit_result.AuditResult, metrics: Optional[RunMetrics]) -> dict[str, bytes]:
   """The PNG of every plot the audit (and the run's metrics, when given) calls for, by key."""
   plots: dict[str, Optional[bytes]] = {}
   if result.curve is not None:
@@ -299,6 +382,7 @@ def draw(result: audit_lib.AuditResult, metrics: Optional[RunMetrics]) -> dict[s
   plots["participations"] = _plot_participations(result)
   plots["gaps"] = _plot_gaps(result)
   plots["violators"] = _plot_violators(result)
+  plots["canaries"] = _plot_canaries(result)
   if metrics is not None:
     plots["training"] = _plot_training(metrics)
     plots["checkins"] = _plot_checkins(metrics)

@@ -33,6 +33,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.participation import ParticipationConfig
 from fedmf.program.config_sections import (
   MECHANISMS,
+  CanariesConfig,
   PlatformConfig,
   PrivacyConfig,
   ProgramConfig,
@@ -59,6 +60,7 @@ class TrainingConfig:
   recipe: RecipeConfig = RecipeConfig()
   program: ProgramConfig = ProgramConfig()
   platform: PlatformConfig = PlatformConfig()
+  canaries: CanariesConfig = CanariesConfig()
 
   @property
   def noise_scale_factor(self) -> float:
@@ -73,6 +75,12 @@ class TrainingConfig:
     self.program.validate()
     self.privacy.validate()
     self.platform.validate()
+    self.canaries.validate()
+    if self.canaries.enabled and self.privacy.noise_multiplier == 0:
+      raise ConfigError(
+        "canaries measure the privacy the noise gives: noise_multiplier 0 adds none (set "
+        "canaries.count: 0, or a noise)"
+      )
     if self.program.clients_per_round > self.task.num_clients:
       raise ConfigError(
         f"clients_per_round ({self.program.clients_per_round}) exceeds num_clients "
@@ -112,17 +120,34 @@ class TrainingConfig:
       else:
         section, field = FLAT_KEYS[flat]
         out[flat] = sections[section][field]
+    if self.canaries.enabled:  # (absent otherwise: config.json of runs without canaries unchanged)
+      out["canaries"] = sections["canaries"]
     return out
+
+
+class MootKeyError(ConfigError):
+  """A key the other settings ignore (`key`, by the name the message uses, and `why`)."""
+
+  def __init__(self, key: str, why: str, hint: str = "remove it, or change the setting"):
+    super().__init__(f"{key} has no effect here ({why}): {hint}")
+    self.key, self.why = key, why
 
 
 def _check_effective(p: ParticipationConfig, privacy: PrivacyConfig) -> None:
   """Refuses a value the chosen settings ignore (issue 26, C.9): a key that has no effect is a
   mistake the user would otherwise never see (it is even stored in config.json)."""
-  default = ParticipationConfig()
   if p.min_sep is not None:
     at_least("participation.min_sep", p.min_sep, 1)
   if p.max_participations is not None:
     at_least("participation.max_participations", p.max_participations, 1)
+  ignored = moot_keys(p, privacy)
+  if ignored:
+    raise MootKeyError(*ignored[0])
+
+
+def moot_keys(p: ParticipationConfig, privacy: PrivacyConfig) -> list[tuple[str, str]]:
+  """(key, why) of every set key the other settings ignore, in a fixed order."""
+  default = ParticipationConfig()
   wall_clock = p.model == "timer" and p.timer_unit == "hours"
   ignored = []
   if wall_clock and p.min_sep is not None:
@@ -163,9 +188,67 @@ def _check_effective(p: ParticipationConfig, privacy: PrivacyConfig) -> None:
         ignored.append((key, "a strategy file is given"))
   if privacy.force_strategy and privacy.strategy is None:
     ignored.append(("force_strategy", "no strategy file is given"))
-  if ignored:
-    key, why = ignored[0]
-    raise ConfigError(f"{key} has no effect here ({why}): remove it, or change the setting")
+  return ignored
+
+
+def _key_path(key: str) -> tuple[str, str]:
+  """A key as `moot_keys` names it ('participation.min_sep', 'bands') -> (section, field)."""
+  head, _, field = key.partition(".")
+  return (head, field) if field else FLAT_KEYS[head]
+
+
+def _moot_in(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+  """`moot_keys` of a nested raw mapping; [] when its sections do not even build (those errors
+  are reported by the validation that follows)."""
+  try:
+    p = _section("participation", obj.get("participation", {}))
+    privacy = _section("privacy", obj.get("privacy", {}))
+    return moot_keys(p, privacy)
+  except (FedmfUserError, TypeError):
+    return []
+
+
+def _give_way(raw: dict[str, Any], base: Mapping[str, Any], overrides: Sequence[str]) -> None:
+  """Drops, in place, the keys of the config file that the command line's overrides made moot
+  (issue 38 item 18): `--set participation.timer_unit=hours` over a file with `min_sep: 50` runs
+  the hours timer, as `partitions` already replaces a file's min_sep for cyclic Poisson. A key the
+  user gave on the command line, or one the file alone already made moot, is still refused."""
+  if not overrides:
+    return
+  given = _given_paths(overrides)
+  base_moot = {key for key, _ in _moot_in(nested(base))}
+  for key, _ in _moot_in(raw):
+    section, field = _key_path(key)
+    if (section, field) not in given and key not in base_moot:
+      raw.get(section, {}).pop(field, None)
+
+
+def _given_paths(overrides: Sequence[str]) -> set[tuple[str, str]]:
+  """The (section, field) of every key the overrides set."""
+  return {
+    (section, field)
+    for section, fields in apply_overrides({}, overrides).items()
+    if isinstance(fields, dict)
+    for field in fields
+  }
+
+
+def _moot_hint(error: MootKeyError, path: Any, overrides: Sequence[str]) -> MootKeyError:
+  """The refusal of a moot key, naming the exact way to remove it: the --set that gave it, or the
+  override that clears the config file's value."""
+  section, field = _key_path(error.key)
+  for text in reversed(overrides):
+    written, _ = config_parse.parse_override(text, list_keys=("workers",))
+    if tuple(_canonical_path(written)) == (section, field):
+      return MootKeyError(error.key, error.why, f"remove --set {text}, or change the setting")
+  default = dataclasses.asdict(SECTIONS[section]())[field]
+  shown_default = "null" if default is None else json.dumps(default)
+  source = f"it comes from {path}" if path is not None else "it comes from the config"
+  return MootKeyError(
+    error.key,
+    error.why,
+    f"{source}: add --set {error.key}={shown_default}, or change the setting",
+  )
 
 
 def _check_strategy_file(path: str, rounds: int) -> None:
@@ -192,15 +275,18 @@ SECTIONS: dict[str, type] = {
   "recipe": RecipeConfig,
   "program": ProgramConfig,
   "platform": PlatformConfig,
+  "canaries": CanariesConfig,
 }
+# Sections whose keys keep their section's name (`participation.min_sep`, `canaries.count`).
+PREFIXED = ("participation", "canaries")
 
 
 def _flat_keys() -> dict[str, tuple[str, str]]:
   """{flat name: (section, field)}: a field's flat name is its own, but the task's `name` is `task`
-  (participation's keys keep their section: `participation.min_sep`)."""
+  (participation's and canaries' keys keep their section: `participation.min_sep`)."""
   table = {}
   for section, cls in SECTIONS.items():
-    if section != "participation":
+    if section not in PREFIXED:
       for f in dataclasses.fields(cls):
         flat = "task" if (section, f.name) == ("task", "name") else f.name
         if flat in table:  # A flat name must say which key it is.
@@ -277,8 +363,8 @@ def _section(section: str, obj: Any) -> Any:
   cls = SECTIONS[section]
   if not isinstance(obj, Mapping):
     raise ConfigError(f"{section} must be a section of keys, got {shown(obj)}")
-  if section == "participation":
-    return _build(cls, obj, prefix="participation.")
+  if section in PREFIXED:
+    return _build(cls, obj, prefix=f"{section}.")
   hints = typing.get_type_hints(cls)
   fields = [f.name for f in dataclasses.fields(cls)]
   unknown = sorted(set(obj) - set(fields))
@@ -360,7 +446,9 @@ def load_config(
   path: Optional[str | os.PathLike], overrides: Sequence[str] = (), data_dir: Optional[str] = None
 ) -> TrainingConfig:
   """The validated config of a YAML file (or the defaults) with overrides and --data-dir."""
-  raw = apply_overrides(read_yaml(path) if path is not None else {}, overrides)
+  base = read_yaml(path) if path is not None else {}
+  raw = apply_overrides(base, overrides)
+  _give_way(raw, base, overrides)
   task = raw.setdefault("task", {})  # a dict: nested() and the overrides only make sections
   if data_dir is not None:
     task["data_dir"] = str(data_dir)
@@ -368,7 +456,10 @@ def load_config(
     # Where tff.simulation.datasets.stackoverflow.load_data() leaves the file (issue 26, B.7).
     if os.path.isfile(os.path.join(tff_cache_dir(), "stackoverflow.sqlite")):
       task["data_dir"] = tff_cache_dir()
-  return _from_nested(raw)
+  try:
+    return _from_nested(raw)
+  except MootKeyError as e:
+    raise _moot_hint(e, path, overrides) from None
 
 
 def config_from_dict(obj: Mapping[str, Any]) -> TrainingConfig:

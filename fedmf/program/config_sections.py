@@ -170,6 +170,52 @@ class RecipeConfig:
       raise ConfigError("warmup_fraction + cooldown_fraction must not exceed 1")
 
 
+CANARY_PATTERNS = ("participation", "worst-case")
+
+
+@dataclasses.dataclass(frozen=True)
+class CanariesConfig:
+  """`canaries:` canary clients that measure the privacy the run really has (issue 33;
+  docs/empirical-privacy.md). Its keys keep their section: `canaries.count`.
+
+  count: canaries inserted (0: off), on average (2·min(count, held_out) of them on fair coins).
+  held_out: canaries drawn but never inserted (the null), on average. seed: their directions,
+  coins and rounds (None: drawn from OS randomness, kept in the checkpoint and canaries.npz).
+  pattern: participation (they join rounds like devices of the run's participation model) or
+  worst-case (every canary joins the rounds attaining the strategy's sensitivity under the
+  declared (b, k)).
+  """
+
+  count: int = 0
+  held_out: int = 0
+  seed: Optional[int] = None
+  pattern: str = "participation"
+
+  def validate(self) -> None:
+    at_least("canaries.count", self.count, 0)
+    at_least("canaries.held_out", self.held_out, 0)
+    seed_in_range("canaries.seed", self.seed)
+    choice("canaries.pattern", self.pattern, CANARY_PATTERNS)
+    if self.count == 0:
+      default = CanariesConfig()
+      for key in ("held_out", "seed", "pattern"):
+        if getattr(self, key) != getattr(default, key):
+          raise ConfigError(
+            f"canaries.{key} has no effect here (canaries.count is 0: no canaries): remove it, "
+            "or set canaries.count"
+          )
+      return
+    if self.held_out < 2:
+      raise ConfigError(
+        f"canaries.held_out must be an integer >= 2 with canaries (the null the inserted "
+        f"canaries are compared with), got {shown(self.held_out)}"
+      )
+
+  @property
+  def enabled(self) -> bool:
+    return self.count > 0
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerTLSConfig:
   """`worker_tls:` PEM files for mutual TLS with remote workers (see deploy/README.md)."""

@@ -1,7 +1,7 @@
 """The program logic of `fedmf simulate` and `fedmf train`: one run's rounds, apart from its platform.
 
-One concept, as in `tff.program`: the logic is a function of the run (`fedmf.program.loop`, built
-once by `loop.build_run`) and of the platform pieces its caller passes in, a state manager and
+One concept, as in `tff.program`: the logic is a function of the run (`fedmf.program.training_run`, built
+once by `training_run.build_run`) and of the platform pieces its caller passes in, a state manager and
 release managers (`Program`). `fedmf simulate` passes non-resumable ones (no checkpoints, no model
 releases, no journal, metrics into its staging directory); `fedmf train` file-backed ones
 (checkpoints, CSV and TensorBoard releases, model releases, the release journal, the budget
@@ -21,14 +21,48 @@ import asyncio
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
+import tensorflow_federated as tff
+
+from fedmf import progress as progress_lib
 from fedmf.mf import strategies
-from fedmf.program import loop
+from fedmf.program import training_run
 from fedmf.program import outputs
+from fedmf.program import plan as plan_lib
 from fedmf.program import run_dir
 
 logger = logging.getLogger("fedmf.train")
+
+
+# ---------------------------------------------------------------------------------------------
+# The roles of the platform pieces. Release managers are TFF's (`tff.program.ReleaseManager`); the
+# other roles have no TFF ABC: the state manager here saves the run itself (`fedmf train`'s turns
+# it into a program state for a `tff.program.FileProgramStateManager`), so the logic never sees
+# the state's structure.
+
+
+@runtime_checkable
+class Checkpoints(Protocol):
+  """Saves the run as version `version` (the rounds completed); `resumable`: kept to resume from."""
+
+  resumable: bool
+
+  async def save(self, run: training_run.TrainingRun, version: int) -> None: ...
+
+
+@runtime_checkable
+class RoundLog(Protocol):
+  """The participation log: round `round_index`'s participants, written before it is released."""
+
+  def write_round(self, round_index: int, client_ids: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class Journal(Protocol):
+  """Refuses to release a round twice with different noise (raises), else records it."""
+
+  def check_and_record(self, round_index: int, mean: Any) -> None: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,11 +74,11 @@ class NoCheckpoints:
 
   resumable = False
 
-  async def save(self, run: loop.TrainingRun, version: int) -> None:
+  async def save(self, run: training_run.TrainingRun, version: int) -> None:
     del run, version
 
 
-class NoReleases:
+class NoReleases(tff.program.ReleaseManager):
   """A release manager that releases nothing (a simulation releases no model files)."""
 
   async def release(self, value: Any, key: Any) -> None:
@@ -71,16 +105,16 @@ class Program:
       at the end (key 'final').
     participation_log: `write_round(r, client_ids)`.
     journal: `check_and_record(r, noisy_mean)`: refuses to release a round twice, differently.
-    progress: `outputs.Progress`.
+    progress: `fedmf.progress.Progress`, told the rounds done after each round.
     budget: ε the run stops before exceeding (None: no guard).
   """
 
-  checkpoints: Any
-  metrics_managers: tuple
-  model_manager: Any
-  participation_log: Any
-  journal: Any
-  progress: outputs.Progress
+  checkpoints: Checkpoints
+  metrics_managers: tuple[tff.program.ReleaseManager, ...]
+  model_manager: tff.program.ReleaseManager
+  participation_log: RoundLog
+  journal: Journal
+  progress: progress_lib.Progress
   budget: Optional[float] = None
 
 
@@ -92,7 +126,7 @@ class Rounds:
   stopped_by_budget: bool
 
 
-def metrics_value(record: loop.RoundRecord) -> dict[str, float]:
+def metrics_value(record: training_run.RoundRecord) -> dict[str, float]:
   """The released metrics of a round (evaluation keys only on evaluated rounds)."""
   out = {}
   for key in outputs.METRIC_COLUMNS[1:]:
@@ -106,7 +140,9 @@ def metrics_value(record: loop.RoundRecord) -> dict[str, float]:
 # The program logic.
 
 
-def start(run: loop.TrainingRun, out: Path, run_id: str, *, write_config: bool = True, log=print):
+def start(
+  run: training_run.TrainingRun, out: Path, run_id: str, *, write_config: bool = True, log=print
+):
   """Writes config.json (unless a resumed run has it), plan.json and strategy.json; says the plan."""
   if write_config:
     outputs.write_json(out / "config.json", {**run.config.to_dict(), "run_id": run_id})
@@ -117,10 +153,12 @@ def start(run: loop.TrainingRun, out: Path, run_id: str, *, write_config: bool =
     log(line)
 
 
-async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: float) -> Rounds:
+async def run_rounds(
+  run: training_run.TrainingRun, program: Program, initial_accuracy: float
+) -> Rounds:
   """Rounds from the run's current round to `config.program.rounds` (see the module docstring)."""
   c = run.config
-  records: list[loop.RoundRecord] = []
+  records: list[training_run.RoundRecord] = []
   accuracy = initial_accuracy  # The last evaluation's, for the progress line.
   last_saved = run.server.round
   stopped_by_budget = False
@@ -135,18 +173,18 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
       stopped_by_budget = True
       break
     try:
-      record = loop.train_round(run, run.data_iterator.last_cohort)
-    except loop.TrainingDiverged as e:
+      record = training_run.train_round(run, run.data_iterator.last_cohort)
+    except training_run.TrainingDiverged as e:
       if not program.checkpoints.resumable:
         raise
       # Nothing of round r is saved or released: the last checkpoint and release stay finite.
-      raise loop.TrainingDiverged(
+      raise training_run.TrainingDiverged(
         f"{e}; the last checkpoint ({last_saved} rounds done) and its release are kept"
       ) from None
     program.journal.check_and_record(r, record.noisy_mean)
     done = r + 1
-    if loop.is_eval_round(c, r):
-      accuracy = loop.evaluate(run, record)["accuracy"]
+    if training_run.is_eval_round(c, r):
+      accuracy = training_run.evaluate(run, record)["accuracy"]
     # Round r's records, each durable when written, go BEFORE the checkpoint that covers round r:
     # a crash after that checkpoint resumes from round r + 1 and never writes round r again, so a
     # record written after it could be lost for good (the participation log's rows: the audit
@@ -154,7 +192,7 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
     # A crash before the checkpoint is safe: resume truncates the logs to the checkpoint and
     # recomputes the rounds after it identically (the journal checks that).
     checkpoint = done % c.program.checkpoint_every == 0 or done == c.program.rounds
-    program.participation_log.write_round(r, ids)
+    program.participation_log.write_round(r, ids + record.canary_ids)
     for manager in program.metrics_managers:
       await manager.release(metrics_value(record), r)
     if checkpoint and done < c.program.rounds:
@@ -163,7 +201,7 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
       await program.checkpoints.save(run, done)
       last_saved = done
     records.append(record)
-    program.progress.update(r, _progress_fields(run, records, accuracy))
+    program.progress.update(done, _progress_fields(run, records, accuracy))
   if run.server.round != last_saved:
     # A budget stop between checkpoints: the state of the last completed round, so a rerun does
     # not redo released rounds. Not when that round's checkpoint exists (a stop right after a
@@ -175,7 +213,7 @@ async def run_rounds(run: loop.TrainingRun, program: Program, initial_accuracy: 
   return Rounds(records, stopped_by_budget)
 
 
-def _draw_within_budget(run: loop.TrainingRun, r: int, budget: Optional[float]):
+def _draw_within_budget(run: training_run.TrainingRun, r: int, budget: Optional[float]):
   """Round r's client ids from the run's data source, or None when releasing round r would take
   ε past the budget: the iterator is then put back as if the round had not been drawn."""
   from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
@@ -194,19 +232,21 @@ def _draw_within_budget(run: loop.TrainingRun, r: int, budget: Optional[float]):
   logger.info(
     "stopping before round %d: epsilon would reach %s > budget %g",
     r,
-    loop.format_epsilon(eps_next),
+    training_run.format_epsilon(eps_next),
     budget,
   )
   return None
 
 
-def _progress_fields(run: loop.TrainingRun, records: list, accuracy: float) -> dict[str, str]:
+def _progress_fields(
+  run: training_run.TrainingRun, records: list, accuracy: float
+) -> dict[str, str]:
   record = records[-1]
-  fields = {
-    "loss": f"{record.loss:.3f}",
-    "accuracy": f"{accuracy:.4f}",
-    "epsilon": loop.format_epsilon(run.meter.epsilon(record.round + 1)),
-  }
+  fields = {"loss": f"{record.loss:.3f}", "accuracy": f"{accuracy:.4f}"}
+  if run.plan.noise_multiplier:
+    fields["epsilon"] = training_run.format_epsilon(run.meter.epsilon(record.round + 1))
+  else:  # σ = 0: no ε to show (the meter's would be inf), as every other output says.
+    fields["epsilon"] = "none (no privacy guarantee)"
   zeroed = sum(x.zeroed for x in records)
   if zeroed:  # Client updates dropped (non-finite or above zeroing_linf): said, not hidden.
     fields["zeroed"] = str(zeroed)
@@ -217,11 +257,18 @@ def _progress_fields(run: loop.TrainingRun, records: list, accuracy: float) -> d
 # The plan, in JSON and in words.
 
 
-def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
+def cheap_simulation(config) -> bool:
+  """The papers' cheap simulation: σ scaled for another cohort than the one trained (a reference
+  equal to clients_per_round is the run itself, not a simulation of another)."""
+  reference = config.privacy.reference_clients_per_round
+  return reference is not None and reference != config.program.clients_per_round
+
+
+def plan_record(run: training_run.TrainingRun) -> dict[str, Any]:
   c = run.config
   out = run.plan.to_dict()
   out["participation"] = run.participation.describe()
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     out["cheap_simulation"] = (
       f"trained on {c.program.clients_per_round} clients per round with σ scaled by "
       f"{c.program.clients_per_round}/{c.privacy.reference_clients_per_round}, so the noise on the mean matches "
@@ -231,7 +278,7 @@ def plan_record(run: loop.TrainingRun) -> dict[str, Any]:
   return out
 
 
-def describe_plan(run: loop.TrainingRun) -> list[str]:
+def describe_plan(run: training_run.TrainingRun) -> list[str]:
   p = run.plan
   lines = [
     f"strategy: {p.strategy.describe()}"
@@ -242,14 +289,28 @@ def describe_plan(run: loop.TrainingRun) -> list[str]:
     + (
       f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
       f"{run.config.privacy.reference_clients_per_round} clients per round)"
-      if run.config.privacy.reference_clients_per_round and p.noise_multiplier
+      if cheap_simulation(run.config) and p.noise_multiplier
       else ""
     ),
-    f"planned privacy: epsilon {loop.format_epsilon(p.epsilon)} at delta {p.delta:g} "
+    f"planned privacy: epsilon {training_run.format_epsilon(p.epsilon)} at delta {p.delta:g} "
     f"({p.accounting})"
     if p.noise_multiplier
     else "planned privacy: none (noise multiplier 0 trains without DP: no privacy guarantee)",
   ]
+  budget = run.config.program.budget.epsilon
+  if budget is not None and p.noise_multiplier and p.epsilon > budget:
+    # Said before the rounds, not found out after them (issue 38 item 7).
+    warning = (
+      f"warning: the planned epsilon {training_run.format_epsilon(p.epsilon)} exceeds budget.epsilon "
+      f"{budget:g}: the budget guard will stop the run early"
+    )
+    if p.sensitivity is not None:  # (b-min-separation accounting; not an amplified plan)
+      fit = plan_lib.rounds_within_budget(p, budget)
+      warning += (
+        f", at the earliest before round {fit} (the first {fit} of "
+        f"{run.config.program.rounds} rounds fit the budget under the declared participation)"
+      )
+    lines.append(warning + "; lower the rounds, raise noise_multiplier, or use target_epsilon")
   return lines
 
 
@@ -258,28 +319,55 @@ def describe_plan(run: loop.TrainingRun) -> list[str]:
 
 
 def finish(
-  run: loop.TrainingRun,
+  run: training_run.TrainingRun,
   out: Path,
-  records: list[loop.RoundRecord],
+  records: list[training_run.RoundRecord],
   initial: dict[str, float],
   seconds: float,
   *,
   report: bool,
   log=print,
   extra: Optional[dict[str, Any]] = None,
+  budget: Optional[float] = None,
+  stopped_by_budget: bool = False,
 ) -> dict[str, Any]:
-  """Audits the run's participation log and writes audit.json, the report and summary.json."""
-  result, audit_dict = _audit(run, out, len(records), initial, report)
+  """Audits the run's participation log and writes audit.json, the report and summary.json.
+
+  `budget` (fedmf train's budget.epsilon) is drawn on the report's ε curve and checked by the
+  audit; `stopped_by_budget` says in the report why the run has fewer rounds than planned."""
+  if run.canaries is not None:
+    run.canaries.save(
+      out / "canaries.npz",
+      len(records),
+      run.task.initial_weights(run.config.program.seed),
+      run.server.weights,
+    )
   c = run.config
   p = run.plan
   # The final accuracy is the final model's: the last round's evaluation, or, when the last round
-  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now.
+  # was not an evaluation round (a budget stop of `fedmf train`), the model evaluated now (and
+  # shown on the report's accuracy plot).
   final_accuracy = final_loss = None
+  evaluated_after = None
   if records and records[-1].accuracy is not None:
     final_accuracy, final_loss = records[-1].accuracy, records[-1].test_loss
   elif records:
     final = run.task.evaluate(run.server.weights)
     final_accuracy, final_loss = final["accuracy"], final["loss"]
+    evaluated_after = (records[-1].round + 1, float(final_accuracy))
+  notes = []
+  if budget is not None:
+    done = len(records)
+    notes.append(
+      f"privacy budget (budget.epsilon): {budget:g}; the program stopped after {done} of "
+      f"{c.program.rounds} rounds because releasing round {done} would have taken epsilon past "
+      "it (the dotted line)"
+      if stopped_by_budget
+      else f"privacy budget (budget.epsilon): {budget:g}; the run stayed within it"
+    )
+  result, audit_dict = _audit(
+    run, out, len(records), initial, report, budget, tuple(notes), evaluated_after
+  )
   counts = result.violation_counts()
   summary = {
     "rounds": c.program.rounds,
@@ -295,6 +383,8 @@ def finish(
     "planned_epsilon": p.epsilon,
     "delta": c.privacy.delta,
     "accounting": p.accounting,
+    "accountant": p.accountant,
+    "cross_check": p.cross_check,
     "initial_test_accuracy": initial["accuracy"],
     "final_test_accuracy": final_accuracy,
     "final_test_loss": final_loss,
@@ -310,13 +400,22 @@ def finish(
     "audit": _audit_summary(result, audit_dict, c.privacy.delta),
     **(extra or {}),
   }
-  if c.privacy.reference_clients_per_round is not None:
+  if cheap_simulation(c):
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary
 
 
-def _audit(run: loop.TrainingRun, out: Path, rounds_completed: int, initial, report: bool):
+def _audit(
+  run: training_run.TrainingRun,
+  out: Path,
+  rounds_completed: int,
+  initial,
+  report: bool,
+  budget: Optional[float] = None,
+  notes: tuple[str, ...] = (),
+  final_accuracy: Optional[tuple[int, float]] = None,
+):
   """The audit of OUT/participation.csv (and the report); returns (result, its dict)."""
   from fedmf.privacy import audit  # pylint: disable=g-import-not-at-top
 
@@ -334,9 +433,17 @@ def _audit(run: loop.TrainingRun, out: Path, rounds_completed: int, initial, rep
     max_participations=declared.max_participations,
     progress=False,
     curve="every-round" if report else False,  # the meter's ε, round by round
-    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None),
+    notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None) + notes,
     sampling=sampling,
+    max_epsilon=budget,
   )
+  if run.canaries is not None:
+    from fedmf.program import canary_audit  # pylint: disable=g-import-not-at-top
+
+    measured, warnings = canary_audit.measured_privacy(out, result)
+    result = dataclasses.replace(
+      result, empirical=measured, warnings=result.warnings + tuple(warnings)
+    )
   audit_dict = result.to_dict()
   if report:
     from fedmf.privacy import report as report_lib  # pylint: disable=g-import-not-at-top
@@ -347,7 +454,9 @@ def _audit(run: loop.TrainingRun, out: Path, rounds_completed: int, initial, rep
       out,
       strategy_path=str(strategy_file) if strategy_file.is_file() else None,
       # summary.json, which holds the initial accuracy, comes next.
-      metrics=run_dir.read_metrics(out, initial_accuracy=initial["accuracy"]),
+      metrics=run_dir.read_metrics(
+        out, initial_accuracy=initial["accuracy"], final_accuracy=final_accuracy
+      ),
     )
   else:
     outputs.write_json(out / "audit.json", audit_dict)
@@ -362,6 +471,7 @@ def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str
     "sensitivity_method": audit_dict.get("sensitivity_method"),
     "rho": audit_dict.get("rho"),
     "epsilon": audit_dict.get("epsilon"),
+    "accountant": audit_dict.get("accountant"),
     "delta": delta,
     "privacy_guarantee": audit_dict.get("privacy_guarantee"),
     "statement": audit_dict.get("statement"),
@@ -374,10 +484,24 @@ def _audit_summary(result, audit_dict: dict[str, Any], delta: float) -> dict[str
       if "epsilon_amplified" in audit_dict
       else {}
     ),
+    **(
+      {
+        "empirical": {
+          name: {
+            key: audit_dict["empirical"][name][key]
+            for key in ("epsilon_estimate", "epsilon_lower", "confidence", "analytic_epsilon")
+          }
+          for name in ("all_releases", "final_model")
+          if name in audit_dict["empirical"]
+        }
+      }
+      if "empirical" in audit_dict
+      else {}
+    ),
   }
 
 
-def declared_sampling(run: loop.TrainingRun):
+def declared_sampling(run: training_run.TrainingRun):
   """The run's cyclic Poisson sampling as its audit checks it (`fedmf audit OUT` reads the same
   from config.json and summary.json: `run_dir.declared_sampling`), or None."""
   from fedmf.privacy import partition_audit  # pylint: disable=g-import-not-at-top

@@ -2,9 +2,15 @@
 
 One concept: the live counterpart of the post-hoc auditor (BLT §1, App. C). It keeps, per device,
 the last round and the number of rounds joined, hence the realized min-separation b and max
-participations k of the released prefix, and accounts the strategy under that realized schema
-exactly as `fedmf audit` does (PLD). The training program's budget guard asks it before releasing
-a round; the progress bar shows it.
+participations k of the released prefix (the auditor's numbers on the same cohorts:
+tests/program/test_meter.py), and accounts the strategy under that realized schema as `fedmf
+audit` accounts its realized claim: one Gaussian mechanism, by the claim's accountant
+(`accounting.CLAIM_ACCOUNTANT`, the exact analytic curve). Under cyclic Poisson sampling that is
+the unamplified claim, an upper bound of the amplified ε the audit may credit. The training
+program's budget guard asks it before releasing a round; the progress bar shows it.
+
+Its counters are its own, not the auditor's engine (`fedmf.privacy.log_statistics`): they are
+checkpointed with the run, and `epsilon_if` asks about a cohort without recording it.
 """
 
 from __future__ import annotations
@@ -62,7 +68,11 @@ class PrivacyMeter:
       from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
 
       self._cache[key] = accounting.account(
-        self.strategy, schema, self.noise_multiplier, self.delta
+        self.strategy,
+        schema,
+        self.noise_multiplier,
+        self.delta,
+        accountant=accounting.CLAIM_ACCOUNTANT,
       ).epsilon
     return self._cache[key]
 

@@ -5,7 +5,6 @@ final name (`fedmf.atomic_files`; the CSV keeps whole lines only).
 
 * metrics.csv: one row per round; `accuracy`, `test_loss` and `epsilon` on evaluated rounds only.
 * tensorboard/: the same scalars, for `tensorboard --logdir OUT/tensorboard`.
-* Progress: a tqdm bar on a terminal; plain lines (no carriage returns) otherwise.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -92,41 +90,6 @@ class MetricsWriter:
 
   def abort(self) -> None:
     self._partial.abort()
-
-
-class Progress:
-  """A progress bar on a terminal, plain lines otherwise (every `every` rounds and at the end)."""
-
-  def __init__(
-    self, total: int, enabled: bool = True, every: int = 10, stream=None, initial: int = 0
-  ):
-    self.stream = stream or sys.stderr
-    self.total = total
-    self.every = max(1, every)
-    self.enabled = enabled
-    self._bar = None
-    if enabled and self.stream.isatty():
-      from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-
-      self._bar = tqdm(
-        total=total, initial=initial, unit="round", file=self.stream, dynamic_ncols=True
-      )
-
-  def update(self, round_index: int, fields: dict[str, str]) -> None:
-    if not self.enabled:
-      return
-    if self._bar is not None:
-      self._bar.update(1)
-      self._bar.set_postfix(fields, refresh=False)
-      return
-    done = round_index + 1
-    if done % self.every == 0 or done == self.total:
-      text = "  ".join(f"{k} {v}" for k, v in fields.items())
-      print(f"round {done}/{self.total}  {text}", file=self.stream, flush=True)
-
-  def close(self) -> None:
-    if self._bar is not None:
-      self._bar.close()
 
 
 # Files that show a directory holds a run (--force needed to replace it).

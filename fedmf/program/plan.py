@@ -7,8 +7,14 @@ One concept: everything privacy-related decided before the first round.
 * The schema the participation model guarantees (the declared claim the audit checks).
 * σ: calibrated for `target_epsilon` or given. With Poisson sampling the accountant credits the
   amplification where a theorem gives it: DP-SGD with Poisson sampling (groups = 1), and amplified
-  BandMF with one group per band (BandMF §5 Thm 4, Scaling BandMF Prop 2.1). Otherwise σ is
-  accounted as one Gaussian mechanism with the strategy's sensitivity under the declared schema.
+  BandMF with one group per band (BandMF §5 Thm 4, Scaling BandMF Prop 2.1); PLD accounts those
+  events (`accounting.AMPLIFIED_ACCOUNTANT`), and amplified BandMF is calibrated by the same
+  function as `fedmf strategy optimize --bands auto` (`amplification.noise_for`). Otherwise σ is
+  accounted as one Gaussian mechanism with the strategy's sensitivity under the declared schema, by
+  its exact curve (`accounting.CLAIM_ACCOUNTANT`), PLD's ε at the same σ kept as a labelled
+  cross-check.
+* The run's accountant: one, named in plan.json and summary.json; the audit of the run and its
+  report account the realized claim with the same one.
 * The papers' cheap-simulation trick (BandMF App. I): with `reference_clients_per_round`, training
   uses σ·B/B_ref on B clients, so that the noise on the mean equals that of the reference cohort
   with σ; the accounting is that of the reference run with σ.
@@ -46,6 +52,9 @@ class PrivacyPlan:
     accounting: how ε was computed, in words.
     sensitivity: the strategy's sensitivity under the schema (matrix-mechanism accounting), or None.
     sensitivity_method: exact / upper-bound / lower-bound, or None.
+    accountant: the run's accountant ('analytic' or 'pld'; 'none' without noise).
+    cross_check: the other accountant's ε at the same σ ({"accountant", "epsilon"}, or a "note"
+      saying why there is none), labelled as a cross-check, not the run's claim.
   """
 
   strategy: Strategy
@@ -57,6 +66,8 @@ class PrivacyPlan:
   accounting: str
   sensitivity: Optional[float] = None
   sensitivity_method: Optional[str] = None
+  accountant: str = "none"
+  cross_check: Optional[dict[str, Any]] = None
 
   def to_dict(self) -> dict[str, Any]:
     return {
@@ -70,6 +81,8 @@ class PrivacyPlan:
       "accounting": self.accounting,
       "sensitivity": self.sensitivity,
       "sensitivity_method": self.sensitivity_method,
+      "accountant": self.accountant,
+      "cross_check": self.cross_check,
     }
 
 
@@ -120,23 +133,31 @@ def resolve_strategy(config, schema: ParticipationSchema, cache: Optional[Path] 
   return strategy
 
 
-def _amplified_event_builder(strategy: Strategy, model: ParticipationModel, rounds: int):
-  """make_event(σ) for the Poisson sampling the accountant may credit, or None (with the reason)."""
+def _amplified_accounting(strategy: Strategy, model: ParticipationModel, rounds: int):
+  """(σ ↦ ε, target ↦ σ, words) for the Poisson sampling the accountant may credit, or None."""
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import amplification  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import events  # pylint: disable=g-import-not-at-top
 
   amp = model.amplification()
   if amp is None:
-    return None, None
+    return None
   q = amp.sampling_probability
   theorem = strategy.poisson_amplification(rounds, amp.groups)
   if theorem == AMPLIFIED_DPSGD:
     return (
-      lambda s: events.dpsgd_event(s, rounds, q),
+      lambda s, delta: accounting.pld_epsilon(events.dpsgd_event(s, rounds, q), delta),
+      lambda eps, delta: accounting.calibrate_dpsgd(eps, rounds, delta, q),
       f"DP-SGD with Poisson sampling (q = {q:.4g}), {rounds} steps, PLD",
     )
   if theorem == AMPLIFIED_BANDMF:
+    # The sampling's dataset size only sets q (= groups·batch/size): any size with this q will do.
+    sampling = amplification.CyclicPoissonSampling.from_probability(
+      max(model.num_clients, amp.groups), amp.groups, q
+    )
     return (
-      lambda s: events.amplified_bandmf_event(s, rounds, amp.groups, q),
+      lambda s, delta: amplification.epsilon_for(s, rounds, sampling, delta)[0],
+      lambda eps, delta: amplification.noise_for(eps, rounds, sampling, delta),
       f"amplified BandMF (BandMF §5): {amp.groups} groups, q = {q:.4g}, PLD",
     )
   logger.warning(
@@ -146,7 +167,47 @@ def _amplified_event_builder(strategy: Strategy, model: ParticipationModel, roun
     amp.groups,
     amp.groups,
   )
-  return None, None
+  return None
+
+
+def _cross_check(result, accountant) -> dict[str, Any]:
+  """The other accountant's ε of the same claim at the same σ, or why there is none."""
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  other = accounting.other_accountant(accountant)
+  try:
+    eps = accounting.account_sensitivity(
+      result.sensitivity, result.noise_multiplier, result.delta, accountant=other
+    ).epsilon
+  except FedmfUserError as e:  # PLD beyond its grid or its resolution of δ: the claim stands.
+    return {"accountant": other, "epsilon": None, "note": str(e)}
+  return {"accountant": other, "epsilon": eps}
+
+
+def rounds_within_budget(plan: PrivacyPlan, budget: float) -> int:
+  """The most rounds r <= n whose ε under the declared schema's first r rounds is at most
+  `budget`: the budget guard (which accounts the realized participation, within the declared)
+  cannot stop the run before round r. Binary search: ε grows with the rounds."""
+  from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  def fits(rounds: int) -> bool:
+    schema = plan.schema.with_rounds(rounds)
+    result = accounting.account(
+      plan.strategy, schema, plan.noise_multiplier, plan.delta, accountant=plan.accountant
+    )
+    return result.epsilon <= budget
+
+  n = plan.schema.n
+  if fits(n):
+    return n
+  low, high = 0, n  # fits(low) (no round released: ε = 0), not fits(high)
+  while high - low > 1:
+    mid = (low + high) // 2
+    if fits(mid):
+      low = mid
+    else:
+      high = mid
+  return low
 
 
 def make_plan(
@@ -156,7 +217,8 @@ def make_plan(
   from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
 
   factor = config.noise_scale_factor
-  make_event, how = _amplified_event_builder(strategy, model, schema.n)
+  amplified = _amplified_accounting(strategy, model, schema.n)
+  delta = config.privacy.delta
   if config.privacy.noise_multiplier == 0:
     return PrivacyPlan(
       strategy,
@@ -164,28 +226,42 @@ def make_plan(
       0.0,
       0.0,
       math.inf,
-      config.privacy.delta,
+      delta,
       "none: noise_multiplier 0 trains without DP",
     )
   calibrate = (
     config.privacy.noise_multiplier is None
   )  # A given σ takes precedence over target_epsilon.
-  if make_event is not None:
+  if amplified is not None:
+    epsilon_of, noise_for, how = amplified
     if calibrate:
-      sigma = accounting.calibrate_event_noise(
-        make_event, config.privacy.target_epsilon, config.privacy.delta
-      )
+      sigma = noise_for(config.privacy.target_epsilon, delta)
     else:
       sigma = float(config.privacy.noise_multiplier)
-    eps = accounting.pld_epsilon(make_event(sigma), config.privacy.delta)
-    return PrivacyPlan(strategy, schema, sigma, sigma * factor, eps, config.privacy.delta, how)
+    return PrivacyPlan(
+      strategy,
+      schema,
+      sigma,
+      sigma * factor,
+      epsilon_of(sigma, delta),
+      delta,
+      how,
+      accountant=accounting.AMPLIFIED_ACCOUNTANT,
+      cross_check={
+        "accountant": "analytic",
+        "epsilon": None,
+        "note": "none: the analytic curve is that of one Gaussian mechanism, not of a "
+        "Poisson-subsampled one",
+      },
+    )
+  accountant = accounting.CLAIM_ACCOUNTANT
   if calibrate:
     result = accounting.calibrate_noise_multiplier(
-      strategy, schema, config.privacy.target_epsilon, config.privacy.delta
+      strategy, schema, config.privacy.target_epsilon, delta, accountant=accountant
     )
   else:
     result = accounting.account(
-      strategy, schema, config.privacy.noise_multiplier, config.privacy.delta
+      strategy, schema, config.privacy.noise_multiplier, delta, accountant=accountant
     )
   return PrivacyPlan(
     strategy,
@@ -193,8 +269,10 @@ def make_plan(
     result.noise_multiplier,
     result.noise_multiplier * factor,
     result.epsilon,
-    config.privacy.delta,
-    f"matrix mechanism under {schema.describe()}, PLD",
+    delta,
+    f"matrix mechanism under {schema.describe()}, analytic Gaussian curve (exact)",
     result.sensitivity,
     result.sensitivity_method,
+    accountant=accountant,
+    cross_check=_cross_check(result, accountant),
   )

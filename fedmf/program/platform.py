@@ -57,17 +57,14 @@ def execution(
     pool.close()
 
 
-def attach(run, pool) -> None:
-  """Makes `run` train its chunks of clients on the pool's workers (no-op without a pool)."""
+def round_runner(runner, clients_per_round: int, pool):
+  """The runner that trains a round's chunks of clients: `runner` (in process, one local worker)
+  without a pool, else the same chunks on the pool's workers (`fedmf.tff.workers.PoolRunner`)."""
   if pool is None:
-    return
+    return runner
   from fedmf.tff import workers as workers_lib  # pylint: disable=g-import-not-at-top
 
-  runner = run.runner
-  chunks = -(
-    -run.config.program.clients_per_round
-    // (runner.clients_per_call or run.config.program.clients_per_round)
-  )
+  chunks = -(-clients_per_round // (runner.clients_per_call or clients_per_round))
   if chunks < len(pool.workers):
     logger.warning(
       "%d chunk(s) of clients per round for %d workers: some workers stay idle; set "
@@ -75,8 +72,6 @@ def attach(run, pool) -> None:
       "run, not of the platform)",
       chunks,
       len(pool.workers),
-      max(1, run.config.program.clients_per_round // len(pool.workers)),
+      max(1, clients_per_round // len(pool.workers)),
     )
-  run.runner = workers_lib.PoolRunner(
-    runner.client_round, run.shapes, runner.clients_per_call, pool
-  )
+  return workers_lib.PoolRunner(runner.client_round, runner.shapes, runner.clients_per_call, pool)

@@ -264,18 +264,11 @@ def read_run(path: str | Path) -> RunInputs:
 METRICS_FILE = "metrics.csv"
 
 
-def read_metrics(directory: str | Path, initial_accuracy: Optional[float] = None):
-  """A run directory's metrics.csv as a `fedmf.privacy.report_model.RunMetrics` for its report, or
-  None when absent or unreadable (the report goes on without the training plots).
-
-  The accuracy before training is `initial_accuracy` when given, else summary.json's
-  initial_test_accuracy (None if absent).
-  """
+def metrics_rows(directory: str | Path) -> Optional[list[dict[str, str]]]:
+  """THE reader of a run's metrics.csv (its writers: `outputs.MetricsWriter` for `fedmf simulate`,
+  the metrics release of `fedmf train`): its rows as {column: text}, or None when it is absent,
+  unreadable or has no `round` column."""
   import csv  # pylint: disable=g-import-not-at-top
-
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  from fedmf.privacy.report_model import RunMetrics  # pylint: disable=g-import-not-at-top
 
   path = Path(directory) / METRICS_FILE
   if not path.is_file():
@@ -285,7 +278,30 @@ def read_metrics(directory: str | Path, initial_accuracy: Optional[float] = None
       rows = list(csv.DictReader(f))
   except (OSError, UnicodeDecodeError, csv.Error):
     return None
-  if not rows or "round" not in rows[0]:
+  if rows and "round" not in rows[0]:
+    return None
+  return rows
+
+
+def read_metrics(
+  directory: str | Path,
+  initial_accuracy: Optional[float] = None,
+  final_accuracy: Optional[tuple[int, float]] = None,
+):
+  """A run directory's metrics.csv as a `fedmf.privacy.report_model.RunMetrics` for its report, or
+  None when absent or unreadable (the report goes on without the training plots).
+
+  The accuracy before training is `initial_accuracy` when given, else summary.json's
+  initial_test_accuracy (None if absent); `final_accuracy` (rounds completed, accuracy) is the
+  final model's when it was evaluated after the last evaluation round, else summary.json's
+  final_test_accuracy is used when its round has no accuracy in metrics.csv.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedmf.privacy.report_model import RunMetrics  # pylint: disable=g-import-not-at-top
+
+  rows = metrics_rows(directory)
+  if not rows:
     return None
 
   def number(text: Optional[str]) -> float:
@@ -295,17 +311,28 @@ def read_metrics(directory: str | Path, initial_accuracy: Optional[float] = None
       return math.nan
 
   names = [k for k in rows[0] if k is not None]
-  if initial_accuracy is None:
+  summary = {}
+  if initial_accuracy is None or final_accuracy is None:
     try:
       summary = json.loads((Path(directory) / SUMMARY_FILE).read_text(encoding="utf-8"))
-      value = summary.get("initial_test_accuracy") if isinstance(summary, dict) else None
-      initial_accuracy = (
-        float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-      )
     except (OSError, ValueError):
       pass
+    summary = summary if isinstance(summary, dict) else {}
+
+  def finite(value) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+  if initial_accuracy is None:
+    initial_accuracy = finite(summary.get("initial_test_accuracy"))
   else:
     initial_accuracy = float(initial_accuracy)
-  return RunMetrics(
-    {k: np.array([number(r.get(k)) for r in rows]) for k in names}, initial_accuracy
-  )
+  columns = {k: np.array([number(r.get(k)) for r in rows]) for k in names}
+  if final_accuracy is None and finite(summary.get("final_test_accuracy")) is not None:
+    done = summary.get("rounds_completed")
+    if isinstance(done, int) and done > 0:
+      final_accuracy = (done, finite(summary["final_test_accuracy"]))
+  if final_accuracy is not None and "accuracy" in columns:
+    last = np.flatnonzero(columns["round"] == final_accuracy[0] - 1)
+    if last.size and np.isfinite(columns["accuracy"][last[0]]):
+      final_accuracy = None  # The last round was an evaluation round: metrics.csv has it.
+  return RunMetrics(columns, initial_accuracy, final_accuracy)

@@ -43,6 +43,7 @@ AUDITED_FILES = (
   "participation.jsonl",
   "participation.jsonl.gz",
   "participation.parquet",
+  "canaries.npz",
 )
 # Not hashed: the lock, checkpoints (they change on every resume and hold secrets), temporaries.
 _UNHASHED_DIRS = ("state",)

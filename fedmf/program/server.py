@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from fedmf.errors import FedmfUserError
-from fedmf.tff.host_noise import HostNoise  # noqa: F401  (the program's noise; re-exported)
+from fedmf.tff import dp_mean
 
 
 def learning_rate(
@@ -50,13 +50,6 @@ def learning_rate(
   if cooldown and round_index >= start:
     return base - (base - low) * (round_index - start + 1) / cooldown
   return base
-
-
-def draw_seed() -> int:
-  """A 64-bit seed from OS randomness."""
-  import os  # pylint: disable=g-import-not-at-top
-
-  return int.from_bytes(os.urandom(8), "little")
 
 
 @dataclasses.dataclass
@@ -87,20 +80,14 @@ def server_update(
   Raises FedmfUserError naming the round if the noisy mean is not finite: a NaN must never reach
   the model.
   """
-  mean = []
-  # × float32(1/B) and σζ·noise added to the sum: the aggregator's operations, so the same bits.
-  inverse = np.float32(1.0 / clients_per_round)
-  for k, s in enumerate(clipped_sum):
-    m = np.array(s, dtype=np.float32)
-    if noise is not None and noise_scale:
-      m += np.float32(noise_scale) * noise[k]
-    m *= inverse
+  # The aggregator's operations (fedmf.tff.dp_mean), so the same bits.
+  mean = dp_mean.noised_mean_numpy(clipped_sum, noise, noise_scale, clients_per_round)
+  for k, m in enumerate(mean):
     if not np.all(np.isfinite(m)):
       raise FedmfUserError(
         f"round {state.round}: the noisy aggregate is not finite (tensor {k}); "
         "training stopped before it reached the model"
       )
-    mean.append(m)
   lr = np.float32(learning_rate_value)
   beta = np.float32(momentum)
   for w, v, g in zip(state.weights, state.momentum, mean):

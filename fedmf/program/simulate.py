@@ -31,8 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import tensorflow_federated as tff
+
+from fedmf import progress as progress_lib
 from fedmf.program import logic
-from fedmf.program import loop
+from fedmf.program import training_run
 from fedmf.program import outputs
 from fedmf.program import run_manifest
 from fedmf.program.config import TrainingConfig
@@ -50,7 +53,7 @@ def run_simulation(
   config: TrainingConfig,
   out_dir: str | Path,
   *,
-  progress: bool = True,
+  progress: bool | progress_lib.Progress = True,
   force: bool = False,
   report: bool = True,
   log=print,
@@ -58,7 +61,9 @@ def run_simulation(
 ) -> dict[str, Any]:
   """Runs the simulation described by `config`, writing OUT (see the module docstring).
 
-  `task`: your own `fedmf.tasks.Task` instead of the config's (docs/simulation.md).
+  `task`: your own `fedmf.tasks.Task` instead of the config's (docs/simulation.md). `progress`:
+  whether to show progress, or the `run_progress` the caller started (e.g. before it imported
+  TensorFlow, which can take minutes on a loaded machine); it is closed here.
   """
   from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
@@ -67,11 +72,17 @@ def run_simulation(
   for leftover in run_manifest.leftover_staging(Path(os.path.realpath(out))):
     logger.warning("%s", run_manifest.leftover_message(leftover))
   start = time.perf_counter()
-  with platform.execution(
-    config.platform, concurrent_clients=loop.concurrent_clients(config)
-  ) as pool:
-    run = loop.build_run(config, task=task)  # Every check happens here, before OUT is touched.
-    platform.attach(run, pool)
+  # Off a terminal, lines from now on: building the run (data, strategy, tracing) can take minutes.
+  bar = run_progress(config, progress)
+  bar.set_stage("preparing the run")
+  with (
+    bar,
+    platform.execution(
+      config.platform, concurrent_clients=training_run.concurrent_clients(config)
+    ) as pool,
+  ):
+    # Every check happens here, before OUT is touched.
+    run = training_run.build_run(config, task=task, pool=pool)
     # The run is written beside OUT and moved into place only when it has finished.
     run_id = run_manifest.new_run_id()
     # Beside the real directory (a symlinked OUT is followed): the final rename stays in one file
@@ -81,7 +92,7 @@ def run_simulation(
     stage.mkdir(parents=True)
     try:
       manifest = run_manifest.start(stage, "simulate", run_id, target=str(out))
-      summary = _simulate_into(run, stage, run_id, start, progress, report, log)
+      summary = _simulate_into(run, stage, run_id, start, bar, report, log)
       _rename_paths(stage, out)
       run_manifest.finish(stage, manifest)
       run_manifest.replace_dir(stage, real_out)
@@ -89,6 +100,19 @@ def run_simulation(
       shutil.rmtree(stage, ignore_errors=True)
       raise
   return summary
+
+
+def run_progress(config: TrainingConfig, progress: bool | progress_lib.Progress):
+  """The progress of a run of `config` (`fedmf.progress`: a line every eval_every rounds or 30 s
+  off a terminal), or the one given."""
+  if isinstance(progress, progress_lib.Progress):
+    return progress
+  return progress_lib.Progress(
+    config.program.rounds,
+    enabled=progress,
+    every=config.program.eval_every,
+    stage="starting",
+  )
 
 
 def _rename_paths(stage: Path, out: Path) -> None:
@@ -105,7 +129,7 @@ def _rename_paths(stage: Path, out: Path) -> None:
         path.write_text(replaced, encoding="utf-8")
 
 
-class MetricsRelease:
+class MetricsRelease(tff.program.ReleaseManager):
   """metrics.csv and tensorboard/ of a simulation (`outputs.MetricsWriter`) as a release manager:
   the program logic releases each round's metrics, keyed by the round."""
 
@@ -113,20 +137,20 @@ class MetricsRelease:
     self.writer = writer
 
   async def release(self, value: dict[str, float], key: int) -> None:
-    row = {k: int(v) if k in loop.INT_METRICS else v for k, v in value.items()}
+    row = {k: int(v) if k in training_run.INT_METRICS else v for k, v in value.items()}
     self.writer.write({"round": int(key), **row})
 
 
-def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, report: bool, log):
+def _simulate_into(run, out: Path, run_id: str, start: float, bar, report: bool, log):
   """The program logic with a simulation's pieces: nothing to resume, metrics into OUT."""
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
-  config = run.config
   logic.start(run, out, run_id, log=log)
+  bar.set_stage("evaluating the initial model")
   initial = run.task.evaluate(run.server.weights)
   log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
   metrics = outputs.MetricsWriter(out)
-  bar = outputs.Progress(config.program.rounds, enabled=progress, every=config.program.eval_every)
+  bar.set_stage(None)
   try:
     with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:
       program = logic.Program(
@@ -140,13 +164,12 @@ def _simulate_into(run, out: Path, run_id: str, start: float, progress: bool, re
       rounds = asyncio.run(logic.run_rounds(run, program, initial["accuracy"]))
   except BaseException:
     metrics.abort()
-    bar.close()
     raise
   finally:
     if run.noise is not None:
       run.noise.close()
   metrics.close()
-  bar.close()
+  bar.set_stage("auditing the participation log")
   seconds = time.perf_counter() - start
   return logic.finish(
     run, out, rounds.records, initial, seconds, report=report, log=log, extra={"run_id": run_id}

@@ -1,16 +1,17 @@
 """`fedmf train`: the training loop as a resumable `tff.program`-style program.
 
-One concept: running the loop of `fedmf.program.loop` so that it survives crashes and never releases
-a round twice with different noise. The program logic (`train_program`) is an async function of
-its platform pieces, passed in as arguments: the round runner (in process or TFF workers), the
-participation data source iterator, a `tff.program.FileProgramStateManager`, release managers for
-metrics (`CSVFileReleaseManager` keyed by round, `TensorBoardReleaseManager`) and for the model, the
-durable participation log and the release journal.
+One concept: the file-backed platform pieces that make a run survive crashes and never release a
+round twice with different noise, and `run_training`, which runs the program logic of both commands
+(`fedmf.program.logic.run_rounds`, an async function of its platform pieces) with them: the run's
+round runner (in process or TFF workers) and participation data source iterator, a
+`tff.program.FileProgramStateManager` (`FileCheckpoints`), release managers for metrics
+(`MetricsJournal` keyed by round, TFF's `TensorBoardReleaseManager`) and for the model
+(`ModelReleaseManager`), the durable participation log and the release journal (`ReleaseJournal`).
 
 ROOT holds:
   state/                 checkpoints (owner-only: they hold the noise seed and buffers)
   participation.csv      appended and fsynced round by round; truncated to the checkpoint on resume
-  metrics.csv            one row per round (CSVFileReleaseManager, append mode, keyed by round)
+  metrics.csv            one row per round, appended and fsynced, in `fedmf simulate`'s columns
   tensorboard/           the same metrics for TensorBoard
   release/               model_round_R.npz every `checkpoint_every` rounds and final_model.npz
   journal.csv            (round, sha256 of the noisy aggregate) of every round ever released
@@ -47,13 +48,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tensorflow_federated as tff
 
 from fedmf import atomic_files
+from fedmf import progress as progress_lib
 from fedmf.errors import FedmfUserError
 from fedmf.program import logic
-from fedmf.program import loop
+from fedmf.program import training_run
 from fedmf.program import outputs
+from fedmf.program import run_dir
 from fedmf.program import run_manifest
+from fedmf.program import simulate
 from fedmf.program.config import PLATFORM_KEYS, TrainingConfig
 
 logger = logging.getLogger("fedmf.train")
@@ -70,7 +75,7 @@ class ResumeError(FedmfUserError):
 # Platform pieces.
 
 
-class ModelReleaseManager:
+class ModelReleaseManager(tff.program.ReleaseManager):
   """Releases the trainable weights as `numpy.savez` files under ROOT/release (atomic writes).
 
   The value released is the list of weights only, never the server state (the seed and the noise
@@ -87,20 +92,56 @@ class ModelReleaseManager:
       np.savez(f, *[np.asarray(w) for w in value])
 
 
-class FsyncedRelease:
-  """A release manager whose releases are on disk when `release` returns: the inner manager's
-  file is fsynced after each release (TFF's `CSVFileReleaseManager` appends without fsync, or
-  rewrites through a temporary file and a rename). The program logic writes a round's metrics
-  before the checkpoint that covers the round, and the audit counts metrics.csv's rows as the
-  rounds run: a power loss must not keep the checkpoint and lose the row."""
+class MetricsJournal(tff.program.ReleaseManager):
+  """metrics.csv of a resumable run: a release manager keyed by the round whose rows are appended
+  and fsynced (`atomic_files.Journal`), in the column order of `fedmf simulate`'s metrics.csv
+  (`outputs.METRIC_COLUMNS`).
 
-  def __init__(self, inner, path: Path):
-    self.inner = inner
+  Why not TFF's `CSVFileReleaseManager`: it orders columns alphabetically (it flattens the value
+  as a sorted structure) and rewrites the whole file whenever a round brings a new key (the first
+  evaluated round), and it does not fsync; the program logic writes a round's metrics before the
+  checkpoint that covers the round, and the audit counts these rows as the rounds run. On resume
+  the file is first cut to the rounds the checkpoint covers (`truncate_csv_by_round`) and, if an
+  earlier version wrote it in another column order, rewritten in this one.
+  """
+
+  def __init__(self, path: Path, resume_below: int):
+    from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
+
     self.path = Path(path)
+    if self.path.exists():
+      participation_log.truncate_csv_by_round(self.path, resume_below)
+      _reorder_columns(self.path, outputs.METRIC_COLUMNS)
+    self._journal = atomic_files.Journal(
+      self.path, ",".join(outputs.METRIC_COLUMNS) + "\n", newline=""
+    )
 
-  async def release(self, value, key) -> None:
-    await self.inner.release(value, key)
-    atomic_files.fsync_path(self.path)
+  async def release(self, value: dict[str, float], key: int) -> None:
+    row = {k: int(v) if k in training_run.INT_METRICS else v for k, v in value.items()}
+    self._journal.append(outputs.metrics_row({"round": int(key), **row}))
+
+  def close(self) -> None:
+    self._journal.close()
+
+
+def _reorder_columns(path: Path, columns: tuple[str, ...]) -> None:
+  """Rewrites a CSV (atomically) with `columns` in this order, if its header is another order;
+  columns it lacks are left empty."""
+  import csv  # pylint: disable=g-import-not-at-top
+  import io  # pylint: disable=g-import-not-at-top
+
+  with open(path, newline="", encoding="utf-8") as f:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    rows = [dict(zip(header, row)) for row in reader] if header else []
+  if header is None or tuple(header) == columns:
+    return
+  buf = io.StringIO()
+  writer = csv.writer(buf, lineterminator="\n")
+  writer.writerow(columns)
+  for row in rows:
+    writer.writerow(["" if row.get(k) in (None, "None") else row[k] for k in columns])
+  atomic_files.write_text(path, buf.getvalue(), tag="reorder", newline="")
 
 
 class ReleaseJournal:
@@ -145,15 +186,20 @@ class ReleaseJournal:
 # Program state.
 
 
-def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool = False) -> dict:
+def program_state(
+  run: training_run.TrainingRun, initial_accuracy: float, template: bool = False
+) -> dict:
   """The checkpointed state (numpy only: Python floats would come back as float32). A template
   (the structure for loading; its values are never read) holds no copy of the noise buffers and
   needs no started noise stream."""
   meter = run.meter.state()
   if template:
-    noise = loop.noise_state_template(run)
+    noise = training_run.noise_state_template(run)
   else:
     noise = run.noise.state() if run.noise is not None else []
+  # The canaries' seed, rounds and projections so far (only with `canaries:`: a run without them
+  # keeps the checkpoint structure it always had).
+  canaries = {} if run.canaries is None else {"canaries": run.canaries.state()}
   return {
     "format": np.int64(STATE_FORMAT),
     "round": np.int64(run.server.round),
@@ -169,23 +215,26 @@ def program_state(run: loop.TrainingRun, initial_accuracy: float, template: bool
       "max_participations": np.int64(meter["max_participations"]),
     },
     "data_iterator": run.data_iterator,
+    **canaries,
   }
 
 
-def restore_state(run: loop.TrainingRun, state: dict) -> float:
+def restore_state(run: training_run.TrainingRun, state: dict) -> float:
   """Puts a loaded program state into the run; returns the initial accuracy."""
   if int(state["format"]) != STATE_FORMAT:
     raise ResumeError(f"checkpoint format {int(state['format'])} is not {STATE_FORMAT}")
   run.server.weights = [np.array(w, np.float32) for w in state["weights"]]
   run.server.momentum = [np.array(m, np.float32) for m in state["momentum"]]
   run.server.round = int(state["round"])
-  loop.start_noise(run, int(np.uint64(state["noise_seed"])))
+  training_run.start_noise(run, int(np.uint64(state["noise_seed"])))
   if run.noise is not None:
     run.noise.restore([np.asarray(x) for x in state["noise"]])
   meter = state["meter"]
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
   run.data_iterator = state["data_iterator"]
   run.data_iterator.client_id = run.task.client_id
+  if run.canaries is not None:
+    run.canaries.restore(state["canaries"])
   return float(state["initial_accuracy"])
 
 
@@ -203,10 +252,10 @@ class FileCheckpoints:
     )
     self.initial_accuracy = math.nan
 
-  async def save(self, run: loop.TrainingRun, version: int) -> None:
+  async def save(self, run: training_run.TrainingRun, version: int) -> None:
     await self.manager.save(program_state(run, self.initial_accuracy), version)
 
-  def resume_or_start(self, run: loop.TrainingRun, root: Path, log=print) -> int:
+  def resume_or_start(self, run: training_run.TrainingRun, root: Path, log=print) -> int:
     """Restores the latest checkpoint into the run (built with `noise=False`: the noise stream
     starts with the checkpoint's seed), or starts the noise, evaluates the initial model and saves
     version 0; returns the rounds completed."""
@@ -221,7 +270,7 @@ class FileCheckpoints:
         f"{root} has released rounds but no checkpoint: restarting would release them "
         "again with new noise; refusing to start (use a new --root)"
       )
-    loop.start_noise(run)
+    training_run.start_noise(run)
     self.initial_accuracy = run.task.evaluate(run.server.weights)["accuracy"]
     asyncio.run(self.save(run, 0))
     log(f"starting {outputs.plural(run.config.program.rounds, 'round')} in {root}")
@@ -292,9 +341,14 @@ def _released_rows(root: Path) -> int:
 
 
 def run_training(
-  config: TrainingConfig, root: str | Path, *, progress: bool = True, log=print
+  config: TrainingConfig,
+  root: str | Path,
+  *,
+  progress: bool | progress_lib.Progress = True,
+  log=print,
 ) -> dict[str, Any]:
-  """Runs or resumes the training program in ROOT; returns summary.json's contents."""
+  """Runs or resumes the training program in ROOT; returns summary.json's contents (`progress`:
+  as `fedmf.program.simulate.run_simulation`'s)."""
   from fedmf.program import platform  # pylint: disable=g-import-not-at-top
 
   root = Path(root)
@@ -309,21 +363,30 @@ def run_training(
       manifest = run_manifest.start(root, "train", run_id, rounds=config.program.rounds)
       checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
-      with platform.execution(
-        config.platform, log_dir=str(root), concurrent_clients=loop.concurrent_clients(config)
-      ) as pool:
-        run = loop.build_run(config, noise=False)  # The seed may come from the checkpoint.
-        platform.attach(run, pool)
-        try:
-          version = checkpoints.resume_or_start(run, root, log)
-          logic.start(run, root, run_id, write_config=not resuming, log=log)
-          rounds = _run_program(run, root, checkpoints, version, progress)
-        finally:
-          if run.noise is not None:
-            run.noise.close()
-      summary = _finish(
-        run, root, rounds, checkpoints.initial_accuracy, time.perf_counter() - start, run_id
-      )
+      # Off a terminal, lines from now on: building the run and resuming can take minutes.
+      bar = simulate.run_progress(config, progress)
+      bar.set_stage("preparing the run")
+      with bar:
+        with platform.execution(
+          config.platform,
+          log_dir=str(root),
+          concurrent_clients=training_run.concurrent_clients(config),
+        ) as pool:
+          # The noise seed may come from the checkpoint.
+          run = training_run.build_run(config, noise=False, pool=pool)
+          try:
+            version = checkpoints.resume_or_start(run, root, log)
+            logic.start(run, root, run_id, write_config=not resuming, log=log)
+            bar.start_at(version)
+            bar.set_stage(None)
+            rounds = _run_program(run, root, checkpoints, version, bar)
+          finally:
+            if run.noise is not None:
+              run.noise.close()
+        bar.set_stage("auditing the participation log")
+        summary = _finish(
+          run, root, rounds, checkpoints.initial_accuracy, time.perf_counter() - start, run_id
+        )
       run_manifest.finish(root, manifest)
       return summary
   finally:
@@ -340,27 +403,20 @@ def _state_dir(root: Path) -> Path:
 
 
 def _run_program(
-  run: loop.TrainingRun, root: Path, checkpoints: FileCheckpoints, version: int, progress: bool
+  run: training_run.TrainingRun,
+  root: Path,
+  checkpoints: FileCheckpoints,
+  version: int,
+  bar: progress_lib.Progress,
 ) -> logic.Rounds:
   """The program logic with the file-backed pieces, from round `version` on."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
   config = run.config
-  participation_log.truncate_csv_by_round(root / "metrics.csv", version)
-  metrics = (
-    FsyncedRelease(
-      tff.program.CSVFileReleaseManager(
-        str(root / "metrics.csv"), save_mode=tff.program.CSVSaveMode.APPEND, key_fieldname="round"
-      ),
-      root / "metrics.csv",
-    ),
-    tff.program.TensorBoardReleaseManager(str(root / "tensorboard")),
-  )
+  metrics_csv = MetricsJournal(root / "metrics.csv", resume_below=version)
+  metrics = (metrics_csv, tff.program.TensorBoardReleaseManager(str(root / "tensorboard")))
   journal = ReleaseJournal(root / JOURNAL)
-  bar = outputs.Progress(
-    config.program.rounds, enabled=progress, every=config.program.eval_every, initial=version
-  )
   try:
     with participation_log.AppendableParticipationLog(
       root / "participation.csv", resume_below=version
@@ -376,12 +432,12 @@ def _run_program(
       )
       return asyncio.run(logic.run_rounds(run, program, checkpoints.initial_accuracy))
   finally:
-    bar.close()
     journal.close()
+    metrics_csv.close()
 
 
 def _finish(
-  run: loop.TrainingRun,
+  run: training_run.TrainingRun,
   root: Path,
   rounds: logic.Rounds,
   initial_accuracy: float,
@@ -396,6 +452,8 @@ def _finish(
     {"accuracy": initial_accuracy},
     seconds,
     report=True,
+    budget=run.config.program.budget.epsilon,
+    stopped_by_budget=rounds.stopped_by_budget,
     extra={
       "stopped_by_budget": rounds.stopped_by_budget,
       "budget_epsilon": run.config.program.budget.epsilon,
@@ -405,37 +463,32 @@ def _finish(
   )
 
 
-def _all_records(root: Path) -> list[loop.RoundRecord]:
-  """Every round's record, read back from metrics.csv (the resumed run saw only its own rounds)."""
-  import csv  # pylint: disable=g-import-not-at-top
-
-  path = root / "metrics.csv"
+def _all_records(root: Path) -> list[training_run.RoundRecord]:
+  """Every round's record, read back from metrics.csv (the resumed run saw only its own rounds)
+  by its one reader, `run_dir.metrics_rows`."""
   records = []
-  if not path.exists():
-    return records
-  with open(path, newline="") as f:
-    for row in csv.DictReader(f):
+  for row in run_dir.metrics_rows(root) or []:
 
-      def value(key, cast=float):
-        raw = row.get(key)
-        return None if raw in (None, "", "None") else cast(float(raw))
+    def value(key, cast=float, row=row):
+      raw = row.get(key)
+      return None if raw in (None, "", "None") else cast(float(raw))
 
-      records.append(
-        loop.RoundRecord(
-          round=int(float(row["round"])),
-          clients=value("clients", int) or 0,
-          loss=value("loss") if value("loss") is not None else math.nan,
-          round_seconds=value("round_seconds") or 0.0,
-          learning_rate=value("learning_rate") or 0.0,
-          noise_stddev=value("noise_stddev") or 0.0,
-          checked_in=value("checked_in", int) or 0,
-          refused_checkins=value("refused_checkins", int) or 0,
-          early_admitted=value("early_admitted", int) or 0,
-          clipped=value("clipped", int) or 0,
-          zeroed=value("zeroed", int) or 0,
-          accuracy=value("accuracy"),
-          test_loss=value("test_loss"),
-          epsilon=value("epsilon"),
-        )
+    records.append(
+      training_run.RoundRecord(
+        round=int(float(row["round"])),
+        clients=value("clients", int) or 0,
+        loss=value("loss") if value("loss") is not None else math.nan,
+        round_seconds=value("round_seconds") or 0.0,
+        learning_rate=value("learning_rate") or 0.0,
+        noise_stddev=value("noise_stddev") or 0.0,
+        checked_in=value("checked_in", int) or 0,
+        refused_checkins=value("refused_checkins", int) or 0,
+        early_admitted=value("early_admitted", int) or 0,
+        clipped=value("clipped", int) or 0,
+        zeroed=value("zeroed", int) or 0,
+        accuracy=value("accuracy"),
+        test_loss=value("test_loss"),
+        epsilon=value("epsilon"),
       )
+    )
   return records

@@ -38,7 +38,7 @@ import tensorflow_federated as tff
 from fedmf.public_features import statistics
 from fedmf.public_features.algorithms import Releaser
 from fedmf.public_features.data import Ratings
-from fedmf.tff import aggregators as dp_aggregators
+from fedmf.tff import dp_mean
 from fedmf.tff import clipping
 from fedmf.tff import context as tff_context
 
@@ -75,7 +75,7 @@ class ScatterNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def __init__(self, num_items: int, width: int, clip_norm: float):
     self.num_items, self.width = int(num_items), int(width)
-    self._clip = float(dp_aggregators.dp_mean_arguments(0.0, clip_norm, 1.0)[0])
+    self._clip = float(dp_mean.dp_mean_arguments(0.0, clip_norm, 1.0)[0])
     total_type = tff.TensorType(np.float64, [self.num_items, self.width])
     self.state_type = tff.StructType(
       [("total", total_type), ("calls_left", tff.TensorType(np.int32))]
@@ -84,7 +84,7 @@ class ScatterNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.tensorflow.computation(total_type, tff.TensorType(np.float64), tff.TensorType(np.int32))
     def start(unit_noise, scale, calls):
       # The DP sum's arithmetic (fedmf.tff.aggregators.noised_mean): (0 + scale·z) / 1.
-      (total,) = dp_aggregators.noised_mean([tf.zeros_like(unit_noise)], [unit_noise], scale, 1.0)
+      (total,) = dp_mean.noised_mean([tf.zeros_like(unit_noise)], [unit_noise], scale, 1.0)
       return collections.OrderedDict(total=total, calls_left=calls)
 
     self.start = start

@@ -10,11 +10,22 @@ user's own data and model plug in as a `fedmf.tasks.base.Task` subclass (docs/si
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from fedmf.tasks.base import ArrayTask, Task
+if TYPE_CHECKING:
+  from fedmf.tasks.base import Task
 
 __all__ = ["ArrayTask", "Task", "TaskSpec", "build_task"]
+
+
+def __getattr__(name: str):
+  # `fedmf.tasks.Task` and `ArrayTask` import TensorFlow: only when asked for, so that the package's
+  # TF-free modules (`model_sizes`) can be imported before TensorFlow (the CLI's early refusals).
+  if name in ("ArrayTask", "Task"):
+    from fedmf.tasks import base  # pylint: disable=g-import-not-at-top
+
+    return getattr(base, name)
+  raise AttributeError(f"module 'fedmf.tasks' has no attribute {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)

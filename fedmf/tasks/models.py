@@ -17,50 +17,25 @@ mean token cross-entropy over positions whose input is not pad.
 from __future__ import annotations
 
 import collections
-import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from fedmf.tasks.fast_lstm import FastLSTM
+from fedmf.tasks.model_sizes import PRESETS, count_params, num_classes
 from fedmf.tasks.token_loss import (
   SparseCrossEntropy,
   SparseCrossEntropyMetric,
   sparse_cross_entropy,
 )
 
-NUM_SPECIAL_TOKENS = 4  # pad, bos, eos, one OOV bucket
 ACCURACY_NOTE = "accuracy excludes pad, OOV, bos and eos tokens, as the papers report it"
-
-
-@dataclasses.dataclass(frozen=True)
-class LstmSpec:
-  embedding_size: int
-  lstm_size: int
-
-
-PRESETS = {
-  "lstm-paper": LstmSpec(embedding_size=96, lstm_size=670),
-  "lstm-small": LstmSpec(embedding_size=32, lstm_size=128),
-}
-
-
-def num_classes(vocab_size: int) -> int:
-  """Output classes: words plus pad, bos, eos and one OOV bucket."""
-  return vocab_size + NUM_SPECIAL_TOKENS
 
 
 def excluded_tokens(vocab_size: int) -> list[int]:
   """Label ids left out of accuracy: pad, OOV, bos, eos."""
   return [0, vocab_size + 1, vocab_size + 2, vocab_size + 3]
-
-
-def count_params(preset: str, vocab_size: int) -> int:
-  """Closed form: emb V'E + LSTM 4H(E+H+1) + proj (H+1)E + out (E+1)V'."""
-  e, h = PRESETS[preset].embedding_size, PRESETS[preset].lstm_size
-  v = num_classes(vocab_size)
-  return v * e + 4 * h * (e + h + 1) + (h + 1) * e + (e + 1) * v
 
 
 def build_keras_model(preset: str, vocab_size: int, sequence_length: int) -> tf.keras.Model:

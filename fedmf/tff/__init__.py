@@ -6,6 +6,8 @@ start without them.
 
   build_dp_aggregator       the correlated-noise DP mean, a `tff.aggregators` factory.
   build_dp_fed_avg          FedAvg whose model update mean is that aggregator.
+  canary_factory            wraps a DP aggregator with canary clients that measure its privacy
+                            (docs/empirical-privacy.md).
   build_host_noise_fed_avg  FedAvg for your own loop with the noise kept on the host (faster: only
                             the round's noise crosses TFF's context, not the stream's buffers).
   local_execution_context   an owned local C++ context (its `worker_binary` isolated in a network
@@ -18,10 +20,12 @@ start without them.
 import importlib
 
 _EXPORTS = {
+  'CanaryFactory': 'fedmf.tff.canaries',
   'CorrelatedNoiseFactory': 'fedmf.tff.aggregators',
   'build_dp_aggregator': 'fedmf.tff.aggregators',
   'build_dp_fed_avg': 'fedmf.tff.learning',
   'build_host_noise_fed_avg': 'fedmf.tff.learning',
+  'canary_factory': 'fedmf.tff.canaries',
   'ensure_context': 'fedmf.tff.context',
   'local_execution_context': 'fedmf.tff.context',
   'worker_dataset': 'fedmf.tff.client_data',

@@ -30,73 +30,22 @@ this round's mean). The seed and the raw noise are never measured.
 from __future__ import annotations
 
 import collections
-import numbers
-import os
 from typing import Any, Optional, Union
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.types import type_conversions
 
-from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
 from fedmf.tff import clipping
+from fedmf.tff import dp_mean
 from fedmf.tff import noise as noise_lib
 
-__all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory', 'draw_noise_seed']
-
-
-MAX_NOISE_SEED = 2**64 - 1
-
-
-def draw_noise_seed() -> int:
-  """A 63-bit seed from OS randomness (`os.urandom`)."""
-  return int.from_bytes(os.urandom(8), 'little') >> 1
-
-
-def _seed_pair(seed: int) -> np.ndarray:
-  """The int64[2] key of the stateless RNG for a seed in [0, 2^64): its low 63 bits, then its top bit.
-
-  Distinct seeds give distinct keys. Anything else is refused: an integer beyond 64 bits used to
-  be reduced to a key shared with a small seed (2**130 gave the noise of seed 0).
-  """
-  if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-    raise FedmfUserError(
-      f'noise_seed must be an integer in [0, 2^64), got {type(seed).__name__} {str(seed)[:40]!r}'
-    )
-  seed = int(seed)
-  if not 0 <= seed <= MAX_NOISE_SEED:
-    shown = str(seed) if seed.bit_length() <= 128 else f'an integer of {seed.bit_length()} bits'
-    raise FedmfUserError(f'noise_seed must be an integer in [0, 2^64), got {shown}')
-  return np.array([seed & ((1 << 63) - 1), seed >> 63], np.int64)
-
-
-def _finite_number(value: Any, name: str, *, positive: bool) -> float:
-  """`value` as a float, refusing non-numbers (a string, a bool) and non-finite or out-of-range values."""
-  bound = '> 0' if positive else '>= 0'
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    raise FedmfUserError(
-      f'{name} must be a finite number {bound}, got {type(value).__name__} {str(value)[:40]!r}'
-    )
-  number = float(value)
-  if not np.isfinite(number) or not (number > 0.0 if positive else number >= 0.0):
-    raise FedmfUserError(f'{name} must be a finite number {bound}, got {value}')
-  return number
+__all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory']
 
 
 def _all_finite(tensors: list[tf.Tensor]) -> tf.Tensor:
   return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
-
-
-def dp_mean_arguments(
-  noise_multiplier: Any, clip_norm: Any, clients_per_round: Any
-) -> tuple[float, float, float]:
-  """(ζ, ζσ, B) of a DP mean, each checked to be a finite number (ζ, B > 0; σ >= 0)."""
-  sigma = _finite_number(noise_multiplier, 'noise_multiplier', positive=False)
-  clip = _finite_number(clip_norm, 'clip_norm', positive=True)
-  cpr = _finite_number(clients_per_round, 'clients_per_round', positive=True)
-  return clip, clip * sigma, cpr
 
 
 def clip_computation(value_type, clip: float):
@@ -105,29 +54,10 @@ def clip_computation(value_type, clip: float):
 
   @tff.tensorflow.computation(value_type)
   def clip_tf(value):
-    clipped, was_clipped, was_zeroed = clipping.clip_update(_flatten(value), clip)
+    clipped, was_clipped, was_zeroed = clipping.clip_update(dp_mean.flatten(value), clip)
     return (tf.nest.pack_sequence_as(specs_struct, clipped), was_clipped, was_zeroed)
 
   return clip_tf
-
-
-def noised_mean(flat_sum: list, unit_noise: list, scale: float, cpr: float) -> list:
-  """Steps 2-3: (Σ clipped + ζσ·[C⁻¹ z]_i) × float32(1/B) per tensor (BandMF Alg. 1; BLT Eq. 1).
-
-  × float32(1/B), not ÷ B: TF's graph optimizer rewrites a division by a constant into this
-  multiplication anyway, and writing it so gives the same bits here, in eager TF and in numpy
-  (the host server step, fedmf.program.server).
-  """
-  return [
-    (t + tf.cast(scale, t.dtype) * z) * tf.cast(1.0 / cpr, t.dtype)
-    for t, z in zip(flat_sum, unit_noise)
-  ]
-
-
-def _flatten(value: Any) -> list:
-  if isinstance(value, tff.structure.Struct):
-    return tff.structure.flatten(value)
-  return tf.nest.flatten(value)
 
 
 class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -142,15 +72,25 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     clients_per_round: float,
     noise_seed: Optional[int] = None,
   ):
-    self._clip_norm, self._scale, self._clients_per_round = dp_mean_arguments(
+    self._clip_norm, self._scale, self._clients_per_round = dp_mean.dp_mean_arguments(
       noise_multiplier, clip_norm, clients_per_round
     )
     self._stream = stream
-    self._seed = None if noise_seed is None else _seed_pair(noise_seed)
+    self._seed = None if noise_seed is None else dp_mean.seed_key(noise_seed)
 
   @property
   def stream(self) -> streaming.NoiseStream:
     return self._stream
+
+  @property
+  def clip_norm(self) -> float:
+    """ζ, the clip of each client update."""
+    return self._clip_norm
+
+  @property
+  def clients_per_round(self) -> float:
+    """B, the fixed denominator of the DP mean."""
+    return self._clients_per_round
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     if not tff.types.is_structure_of_floats(value_type):
@@ -181,7 +121,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(state_type, sum_type)
     def noise_tf(state, total):
-      flat = _flatten(total)
+      flat = dp_mean.flatten(total)
       noise_state = state['noise']
       round_index = noise_state[0]  # Every stream state starts with its round t.
       # Past a banded strategy's horizon: fail loudly, before any table lookup.
@@ -191,7 +131,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         noises, new_noise_state = stream.step(
           noise_state, noise_lib.round_draws(state['seed'], round_index, specs), noise_lib.TF_OPS
         )
-      mean = noised_mean(flat, noises, scale, cpr)
+      mean = dp_mean.noised_mean(flat, noises, scale, cpr)
       # Runtime guard: training stops in the round where the noise or the aggregate stops being
       # finite (an overflowing sum of huge updates, σ·ζ beyond float32, a stream that overflows),
       # never after. Non-finite client updates were zeroed above, and stay so.

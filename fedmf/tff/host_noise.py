@@ -27,6 +27,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
 from fedmf.tff import aggregators as aggregators_lib
 from fedmf.tff import client_data as client_data_lib
+from fedmf.tff import dp_mean
 from fedmf.tff import noise as noise_lib
 
 
@@ -58,7 +59,7 @@ class HostNoise:
     self.specs = [tf.TensorSpec(s, dtype) for s in shapes]
     self.overlap = overlap
     # The aggregator's own seed key, so both give the same noise for the same seed.
-    self._seed = tf.constant(aggregators_lib._seed_pair(seed), tf.int64)  # pylint: disable=protected-access
+    self._seed = tf.constant(dp_mean.seed_key(seed), tf.int64)
     self._kernel = stream.host_kernel(self.specs)
     self._round = self._kernel.round
     self._row_norm = self._kernel_row_norm()
@@ -171,7 +172,7 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   """
 
   def __init__(self, *, noise_multiplier: float, clip_norm: float, clients_per_round: float):
-    self._clip, self._scale, self._cpr = aggregators_lib.dp_mean_arguments(
+    self._clip, self._scale, self._cpr = dp_mean.dp_mean_arguments(
       noise_multiplier, clip_norm, clients_per_round
     )
 
@@ -192,8 +193,8 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(state_type, sum_type)
     def noise_tf(noise, total):
-      flat = aggregators_lib._flatten(total)  # pylint: disable=protected-access
-      mean = aggregators_lib.noised_mean(flat, tf.nest.flatten(noise), scale, cpr)
+      flat = dp_mean.flatten(total)
+      mean = dp_mean.noised_mean(flat, tf.nest.flatten(noise), scale, cpr)
       return tf.nest.pack_sequence_as(specs_struct, mean)
 
     def server(state, total, counts):
@@ -239,7 +240,7 @@ def host_noise_fed_avg(process, stream: streaming.NoiseStream, noise_seed: Optio
   """
   weights_type = process.initialize.type_signature.result.member.global_model_weights.trainable
   shapes = [tuple(t.shape) for t in tff.structure.flatten(weights_type)]
-  seed = aggregators_lib.draw_noise_seed() if noise_seed is None else int(noise_seed)
+  seed = dp_mean.draw_noise_seed() if noise_seed is None else int(noise_seed)
   noise = HostNoise(stream, shapes, seed, overlap=True)
   noise.prefetch()
   return HostNoiseFedAvg(process, noise, shapes)

@@ -13,7 +13,7 @@ from fedmf.mf import banded_stream
 from fedmf.mf import banded_matrix
 from fedmf.mf import banded_optimize
 from fedmf.mf import streaming
-from fedmf.mf.strategy import StrategyError
+from fedmf.mf.checks import StrategyError
 from fedmf.mf import workloads
 
 

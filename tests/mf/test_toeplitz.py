@@ -95,7 +95,7 @@ def test_band_toeplitz_gradient_matches_finite_differences(objective):
   rng = np.random.default_rng(3)
   n, bands = 40, 9
   c = _random_coefs(rng, bands)
-  weights = toeplitz_math._error_weights(n, objective)
+  weights = toeplitz_math.error_weights(n, objective)
   shifts = sensitivity.worst_pattern_offsets(n, 9, 4)
   loss, sens_sq, err_sq, grad = toeplitz_math.band_toeplitz_loss_and_grad(c, n, shifts, weights)
   assert sens_sq == pytest.approx(toeplitz_math.toeplitz_min_sep_sensitivity_sq(c, n, 9, 4))
@@ -170,7 +170,7 @@ def test_fft_inverse_series_and_loss_match_the_recursion(monkeypatch):
   e0 = np.zeros(n)
   e0[0] = 1.0
   np.testing.assert_allclose(toeplitz_math.lt_toeplitz(coefs, n) @ chat, e0, atol=1e-12)
-  weights = toeplitz_math._error_weights(n, "rms")
+  weights = toeplitz_math.error_weights(n, "rms")
   shifts = [0, 100, 200, 300]
   slow = toeplitz_math.band_toeplitz_loss_and_grad(coefs, n, shifts, weights)
   monkeypatch.setattr(toeplitz_math, "FFT_WORK", 0)

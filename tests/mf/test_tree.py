@@ -6,7 +6,7 @@ import pytest
 from fedmf.mf import sensitivity as sens
 from fedmf.mf import streaming
 from fedmf.mf import tree
-from fedmf.mf.strategy import StrategyError
+from fedmf.mf.checks import StrategyError
 from tests.mf.brute_force import brute_force_sensitivity
 
 _SIZES = [1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 21]

@@ -7,25 +7,12 @@ import pytest
 
 from fedmf.participation import ParticipationConfig, ParticipationError, build
 from fedmf.participation.timers import diurnal_availability
+from tests.helpers import brute_min_sep, rounds_by_client
 
 
 def _run(model, rounds):
   cohorts = [model.sample(r) for r in range(rounds)]
   return cohorts
-
-
-def _rounds_by_client(cohorts):
-  seen = {}
-  for c in cohorts:
-    for i in c.clients.tolist():
-      seen.setdefault(i, []).append(c.round)
-  return seen
-
-
-def _brute_min_sep(cohorts):
-  """The smallest gap between two rounds of one client (None if nobody joined twice)."""
-  gaps = [b - a for rs in _rounds_by_client(cohorts).values() for a, b in zip(rs, rs[1:])]
-  return min(gaps) if gaps else None
 
 
 @pytest.mark.parametrize("b, availability", [(1, 1.0), (5, 1.0), (7, 0.6)])
@@ -35,8 +22,8 @@ def test_round_timer_enforces_min_sep_and_cap(b, availability):
   )
   model = build(cfg, num_clients=60, clients_per_round=6, seed=3)
   cohorts = _run(model, 80)
-  assert _brute_min_sep(cohorts) >= b
-  assert max(len(rs) for rs in _rounds_by_client(cohorts).values()) <= 4
+  assert brute_min_sep(cohorts) >= b
+  assert max(len(rs) for rs in rounds_by_client(cohorts).values()) <= 4
   assert all(np.all(np.diff(c.clients) > 0) for c in cohorts)  # sorted, distinct
   assert model.declared_schema(80).min_sep == b
 
@@ -59,12 +46,12 @@ def test_clock_timer_gaps_respect_the_timer_in_hours_and_the_declared_rounds():
   model = build(cfg, num_clients=400, clients_per_round=10, seed=1)
   cohorts = _run(model, 400)
   times = {c.round: c.time_hours for c in cohorts}
-  for rounds in _rounds_by_client(cohorts).values():
+  for rounds in rounds_by_client(cohorts).values():
     for a, b in zip(rounds, rounds[1:]):
       assert times[b] - times[a] >= 3.0
   declared = model.declared_schema(400).min_sep
   assert declared == int(np.ceil(3.0 / (10 * 1.3 / 60)))
-  assert _brute_min_sep(cohorts) >= declared
+  assert brute_min_sep(cohorts) >= declared
   # Round durations vary within the jitter.
   durations = np.diff([times[r] for r in range(400)]) * 60
   assert durations.min() >= 7 - 1e-9 and durations.max() <= 13 + 1e-9 and durations.std() > 0.5
@@ -95,18 +82,18 @@ def test_guard_refuses_early_checkins_and_without_it_they_break_min_sep(unit):
   assert sum(c.refused for c in cohorts) > 0
   assert sum(c.early_admitted for c in cohorts) == 0
   b = guarded.declared_schema(120).min_sep
-  assert _brute_min_sep(cohorts) >= b
+  assert brute_min_sep(cohorts) >= b
   open_door = build(ParticipationConfig(**base, server_guard=False), 100, 10, seed=5)
   cohorts = _run(open_door, 120)
   assert sum(c.refused for c in cohorts) == 0
   assert sum(c.early_admitted for c in cohorts) > 0
-  assert _brute_min_sep(cohorts) < b
+  assert brute_min_sep(cohorts) < b
 
 
 def test_epoch_shuffle_is_fixed_epoch_participation():
   model = build(ParticipationConfig(model="epoch_shuffle", min_sep=6), 50, 5, seed=2)
   cohorts = _run(model, 20)
-  by_client = _rounds_by_client(cohorts)
+  by_client = rounds_by_client(cohorts)
   assert len(by_client) == 30  # 6 slots × 5 devices; the other 20 never join.
   for rounds in by_client.values():
     assert np.all(np.diff(rounds) == 6)  # Same slot every epoch.
@@ -120,16 +107,16 @@ def test_uniform_sampling_has_no_separation():
   model = build(ParticipationConfig(model="uniform"), 30, 10, seed=4)
   cohorts = _run(model, 40)
   assert all(c.clients.size == 10 for c in cohorts)
-  assert _brute_min_sep(cohorts) == 1
+  assert brute_min_sep(cohorts) == 1
   assert model.declared_schema(40).min_sep == 1
 
 
 def test_cyclic_poisson_samples_within_groups():
   model = build(ParticipationConfig(model="cyclic_poisson", min_sep=4), 400, 10, seed=6)
   cohorts = _run(model, 400)
-  for rounds in _rounds_by_client(cohorts).values():
+  for rounds in rounds_by_client(cohorts).values():
     assert len({r % 4 for r in rounds}) == 1  # One group per device.
-  assert _brute_min_sep(cohorts) >= 4
+  assert brute_min_sep(cohorts) >= 4
   sizes = [c.clients.size for c in cohorts]
   assert abs(np.mean(sizes) - 10) < 5 * np.sqrt(10 / len(sizes))  # E = q·N/groups = B.
   assert model.amplification().sampling_probability == pytest.approx(4 * 10 / 400)

@@ -117,3 +117,43 @@ def test_stackoverflow_data_is_found_where_tff_and_keras_leave_it(tmp_path, monk
   datasets.mkdir(parents=True)
   (datasets / sod.WORD_COUNT_NAME).write_text("the 10\nof 7\nand 3\n")
   assert list(sod.read_word_counts(str(tmp_path / ".tff"), 2).items()) == [("the", 10), ("of", 7)]
+
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "simulations" / "configs" / "default.yaml"
+
+
+def test_a_file_key_the_overrides_make_moot_gives_way():
+  """Issue 38 item 18: the default config sets participation.min_sep 50; switching it to the hours
+  timer on the command line used to be refused for a min_sep the user never wrote."""
+  config = load_config(
+    DEFAULT_CONFIG, ["participation.timer_unit=hours", "participation.timer_hours=30"]
+  )
+  assert config.participation.timer_unit == "hours"
+  assert config.participation.timer_hours == 30
+  assert config.participation.min_sep is None
+  # The same for a mechanism override that makes a file's bands moot.
+  config = load_config(DEFAULT_CONFIG, ["mechanism=bandmf", "bands=8"])
+  assert config.privacy.bands == 8
+  config = load_config(DEFAULT_CONFIG, [])  # The file alone keeps its min_sep.
+  assert config.participation.min_sep == 50
+
+
+def test_a_moot_key_that_cannot_give_way_names_the_exact_override(tmp_path):
+  train = Path(__file__).resolve().parents[2] / "deploy" / "configs" / "train.yaml"
+  with pytest.raises(ConfigError) as e:
+    load_config(train, ["participation.min_sep=5"])  # The user's own: refused, not dropped.
+  assert str(e.value) == (
+    "participation.min_sep has no effect here (the hours timer counts participation.timer_hours):"
+    " remove --set participation.min_sep=5, or change the setting"
+  )
+  path = tmp_path / "c.yaml"  # A file that is inconsistent on its own.
+  path.write_text(
+    "target_epsilon: 8\nparticipation:\n  model: timer\n  timer_unit: hours\n  min_sep: 50\n"
+  )
+  for overrides in ([], ["rounds=10"]):
+    with pytest.raises(ConfigError) as e:
+      load_config(path, overrides)
+    assert str(e.value).endswith(
+      f"it comes from {path}: add --set participation.min_sep=null, or change the setting"
+    )
+  assert load_config(path, ["participation.min_sep=null"]).participation.min_sep is None

@@ -99,11 +99,32 @@ def test_unreadable_or_non_pem_certificates_are_named(tmp_path, certs):
   ],
 )
 def test_concurrent_clients_are_the_clients_of_one_call(settings, expected):
-  from fedmf.program import loop  # pylint: disable=import-outside-toplevel
+  from fedmf.program import training_run  # pylint: disable=import-outside-toplevel
 
   assert (
-    loop.concurrent_clients(
+    training_run.concurrent_clients(
       load_config(None, ["noise_multiplier=0", "participation.min_sep=5", *settings])
     )
     == expected
   )
+
+
+def test_the_platform_gives_the_runner_and_writes_into_no_run():
+  """The logic/platform split: `platform.round_runner` returns the runner the run is built with
+  (the same runner without a pool); nothing in platform.py assigns to another object's attribute."""
+  import ast
+
+  from fedmf.program import platform
+
+  runner = object()
+  assert platform.round_runner(runner, 8, None) is runner
+  tree = ast.parse((ROOT / "fedmf" / "program" / "platform.py").read_text())
+  writes = [
+    node.lineno
+    for node in ast.walk(tree)
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+    for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+    if isinstance(target, ast.Attribute)
+  ]
+  assert writes == []
+  assert not hasattr(platform, "attach")

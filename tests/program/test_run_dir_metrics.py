@@ -24,3 +24,23 @@ def test_no_or_unusable_metrics_is_none(tmp_path):
   assert run_dir.read_metrics(tmp_path) is None
   (tmp_path / "metrics.csv").write_text("round,loss\n0,1.0\n")
   assert run_dir.read_metrics(tmp_path).initial_accuracy is None  # No summary.json.
+
+
+def test_metrics_csv_has_one_reader(tmp_path, monkeypatch):
+  """`fedmf train`'s summary reads metrics.csv back through `run_dir.metrics_rows`, the report's
+  reader too: one reader of the file, whatever wrote it."""
+  from fedmf.program import run_dir, train
+
+  (tmp_path / "metrics.csv").write_text("round,loss,clients,accuracy\n0,2.5,4,\n1,2.0,4,0.25\n")
+  rows = run_dir.metrics_rows(tmp_path)
+  assert [r["round"] for r in rows] == ["0", "1"]
+  records = train._all_records(tmp_path)
+  assert [(r.round, r.loss, r.clients, r.accuracy) for r in records] == [
+    (0, 2.5, 4, None),
+    (1, 2.0, 4, 0.25),
+  ]
+  monkeypatch.setattr(run_dir, "metrics_rows", lambda directory: [{"round": "7", "loss": "1"}])
+  assert [r.round for r in train._all_records(tmp_path)] == [7]
+  (tmp_path / "metrics.csv").write_text("no,rounds,column\n1,2,3\n")
+  monkeypatch.undo()
+  assert run_dir.metrics_rows(tmp_path) is None and run_dir.read_metrics(tmp_path) is None

@@ -7,6 +7,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies as st
 from fedmf.mf import streaming
 from fedmf.program import server
+from fedmf.tff import host_noise
 
 
 def test_learning_rate_schedule_warms_up_and_cools_down():
@@ -60,20 +61,43 @@ def test_a_non_finite_aggregate_stops_before_the_model():
 def test_host_noise_restores_bit_for_bit_and_whitens(obj):
   strategy = st.load_strategy(obj)
   shapes = [(400,), (20, 10)]
-  a = server.HostNoise(strategy.noise_stream(12), shapes, seed=7)
+  a = host_noise.HostNoise(strategy.noise_stream(12), shapes, seed=7)
   first = [a.next() for _ in range(5)]
   saved = a.state()
   rest = [a.next() for _ in range(5)]
-  b = server.HostNoise(strategy.noise_stream(12), shapes, seed=7)
+  b = host_noise.HostNoise(strategy.noise_stream(12), shapes, seed=7)
   b.restore(saved)
   again = [b.next() for _ in range(5)]
   for x, y in zip(rest, again):
     for u, v in zip(x, y):
       np.testing.assert_array_equal(u, v)
-  other = server.HostNoise(strategy.noise_stream(12), shapes, seed=8).next()
+  other = host_noise.HostNoise(strategy.noise_stream(12), shapes, seed=8).next()
   assert not np.array_equal(other[0], first[0][0])
   # The per-round std is ‖row_t of C⁻¹‖ (the tree: its per-round decoder row).
   norms = strategy.noise_row_norms(10)
   for t, round_noise in enumerate(first + rest):
     flat = np.concatenate([x.ravel() for x in round_noise]).astype(np.float64)
     assert abs(flat.std() / norms[t] - 1) < 5 * np.sqrt(0.5 / flat.size)
+
+
+def test_the_program_pieces_are_typed_by_role():
+  """Release managers are TFF's (`tff.program.ReleaseManager`); the other roles are Protocols
+  (`logic.Checkpoints`, `logic.RoundLog`, `logic.Journal`) that both commands' pieces satisfy."""
+  import tensorflow_federated as tff
+
+  from fedmf.privacy import participation_log
+  from fedmf.program import logic, simulate, train
+
+  for manager in (logic.NoReleases, simulate.MetricsRelease, train.ModelReleaseManager):
+    assert issubclass(manager, tff.program.ReleaseManager), manager
+  assert isinstance(logic.NoCheckpoints(), logic.Checkpoints)
+  assert isinstance(logic.NoJournal(), logic.Journal)
+  assert hasattr(train.FileCheckpoints, "save") and train.FileCheckpoints.resumable
+  for log in (
+    participation_log.ParticipationLogWriter,
+    participation_log.AppendableParticipationLog,
+  ):
+    assert callable(getattr(log, "write_round", None)), log
+  assert callable(getattr(train.ReleaseJournal, "check_and_record", None))
+  hints = logic.Program.__annotations__
+  assert "Any" not in " ".join(map(str, hints.values()))

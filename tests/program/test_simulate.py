@@ -12,6 +12,7 @@ from fedmf.cli import main as cli_main
 from fedmf.participation import ParticipationConfig, build
 from fedmf.privacy import audit, participation_log
 from fedmf.tasks import stackoverflow as sod
+from tests.helpers import brute_min_sep
 
 TINY = [
   "task=synthetic",
@@ -90,6 +91,17 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
   assert again["noise_multiplier"] == summary["noise_multiplier"]
   page = (out / "report.html").read_text()
   assert "Test accuracy" in page and "cheap simulation" in page
+  # One accountant per run (issue 38 item 4), named in every output; PLD is a labelled cross-check.
+  plan = json.load(open(out / "plan.json"))
+  audited = json.load(open(out / "audit.json"))
+  assert plan["accountant"] == summary["accountant"] == audited["accountant"] == "analytic"
+  assert summary["audit"]["accountant"] == "analytic"
+  assert "analytic Gaussian curve" in plan["accounting"] and "PLD" not in plan["accounting"]
+  check = summary["cross_check"]
+  assert check == plan["cross_check"] and check["accountant"] == "pld"
+  # PLD is pessimistic, slightly: its epsilon at the plan's sigma is at least the exact one.
+  assert plan["epsilon"] <= 8 + 1e-9 and plan["epsilon"] <= check["epsilon"] < 8.01
+  assert "analytic Gaussian curve" in page
   # The same config and seeds give the same model: the noise is seeded and cohorts are keyed.
   _, again = _simulate(
     tmp_path, capsys, ["target_epsilon=8", "participation.early_checkin_rate=0.3"], name="again"
@@ -99,11 +111,19 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
 
 def test_a_run_without_dp_says_so_everywhere(tmp_path, capsys, cache_dir):
   out = tmp_path / "no-dp"
-  args = ["simulate", "--out", str(out), "--no-progress"]
+  args = ["simulate", "--out", str(out)]  # With progress: stderr is not a terminal here.
   for item in TINY + ["noise_multiplier=0"]:
     args += ["--set", item]
   assert cli_main.main(args) == 0
-  text = capsys.readouterr().out
+  captured = capsys.readouterr()
+  text = captured.out
+  # Issue 38 items 1 and 6: off a terminal, plain progress lines with the times and the ETA; a
+  # run without DP says so on them instead of 'epsilon inf'.
+  progress = [line for line in captured.err.splitlines() if line.startswith("rounds ")]
+  assert [line.split("  ")[0] for line in progress] == ["rounds 4/8 done", "rounds 8/8 done"]
+  for line in progress:
+    assert " elapsed " in line and " ETA " in line and " recent " in line, line
+    assert line.endswith("epsilon none (no privacy guarantee)") and "inf" not in line, line
   assert "planned privacy: none (noise multiplier 0 trains without DP" in text
   assert "noise multiplier     0 (no DP: a baseline for comparison)" in text
   assert "privacy (audit)      no privacy guarantee (noise multiplier 0)" in text
@@ -215,16 +235,6 @@ def _audit_cohorts(tmp_path, model, rounds, declared_b):
   return cohorts, result
 
 
-def _brute_min_sep(cohorts):
-  last, best = {}, None
-  for c in cohorts:
-    for i in c.clients.tolist():
-      if i in last:
-        best = c.round - last[i] if best is None else min(best, c.round - last[i])
-      last[i] = c.round
-  return best
-
-
 @pytest.mark.parametrize("guard", [True, False])
 def test_audit_finds_early_checkins_only_without_the_guard(tmp_path, guard):
   cfg = ParticipationConfig(model="timer", min_sep=6, early_checkin_rate=0.4, server_guard=guard)
@@ -252,7 +262,7 @@ def test_wall_clock_timer_min_sep_is_what_the_log_says(tmp_path):
   model = build(cfg, 120, 6, seed=4)
   declared = model.declared_schema(300).min_sep
   cohorts, result = _audit_cohorts(tmp_path, model, 300, declared)
-  assert result.stats.observed_min_sep == _brute_min_sep(cohorts)
+  assert result.stats.observed_min_sep == brute_min_sep(cohorts)
   assert result.stats.observed_min_sep >= declared
   assert result.violation_counts()["min-sep"] == 0
 

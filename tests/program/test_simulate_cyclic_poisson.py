@@ -45,6 +45,14 @@ def test_cyclic_poisson_run_is_amplified_and_its_log_complies(tmp_path, capsys, 
   sampling = amplification.CyclicPoissonSampling.from_probability(60, 3, 0.2)
   expected = amplification.account_amplified(strategy, 9, sampling, 1e-6, noise_multiplier=1.5)
   assert summary["planned_epsilon"] == pytest.approx(expected.epsilon, rel=1e-12)
+  # The run's one accountant is PLD (the amplified event's), named in the plan and the summary,
+  # and audit.json names the accountant of its epsilon (the amplified claim's, when credited).
+  plan = json.loads((out / "plan.json").read_text())
+  audited = json.loads((out / "audit.json").read_text())
+  assert plan["accountant"] == summary["accountant"] == "pld"
+  if audited["epsilon_amplified"]:
+    assert audited["accountant"] == summary["audit"]["accountant"] == "pld"
+  assert audited["unamplified_accountant"] == "analytic"
   with open(out / "participation.csv") as f:
     rows = list(csv.DictReader(f))
   clients = [r["client_id"] for r in rows]

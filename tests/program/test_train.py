@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -77,10 +78,20 @@ def _worker_pids():
   return found
 
 
-def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys):
-  extra = ["rounds=12", "checkpoint_every=3"]
-  reference = tmp_path / "reference"
-  assert cli_main.main(_args(reference, extra)) == 0, capsys.readouterr().err
+# The uninterrupted run the crash tests compare with (one run for both).
+RESUMED = ["rounds=12", "checkpoint_every=3"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache_dir):
+  root = tmp_path_factory.mktemp("reference") / "root"
+  assert cli_main.main(_args(root, RESUMED)) == 0
+  return root
+
+
+def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path, capsys, reference):
+  extra = RESUMED
+  capsys.readouterr()
   crashed = tmp_path / "crashed"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   command = [sys.executable, "-m", "fedmf.cli.main", *_args(crashed, extra)]
@@ -191,13 +202,23 @@ def test_budget_guard_stops_at_the_last_round_within_the_budget(tmp_path, capsys
 
   with monkeypatch.context() as patch:
     patch.setattr(train.FileCheckpoints, "save", save_or_fail)
-    with pytest.raises(OSError, match="No space left"):
-      cli_main.main(args)
+    assert cli_main.main(args) == 1  # An OS error: one line, exit 1 (it was swallowed: exit 0).
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "No space left on device" in err[0], err
   assert json.loads((root / "run.json").read_text())["state"] == "running"
-  capsys.readouterr()
   assert cli_main.main(args) == 0, capsys.readouterr().err
+  out = capsys.readouterr().out
   summary = json.loads((root / "summary.json").read_text())
   assert summary["stopped_by_budget"]
+  # Issue 38 item 7: said at plan time, with the round it cannot stop before; and in the report.
+  warned = re.search(
+    r"warning: the planned epsilon \S+ exceeds budget.epsilon 3: .* round (\d+) ", out
+  )
+  assert warned, out
+  assert int(warned.group(1)) <= summary["rounds_completed"]
+  report = (root / "report.html").read_text()
+  assert f"the program stopped after {summary['rounds_completed']} of 30 rounds" in report
+  assert "privacy budget (budget.epsilon): 3" in report and "budget.epsilon)</dt><dd>3<" in report
   assert summary["rounds_completed"] % 5, "the stop must fall between checkpoints (change them)"
   assert saved[-1] == summary["rounds_completed"] // 5 * 5
   # A rerun of the finished ROOT stops at once, with the same numbers.
@@ -302,29 +323,26 @@ def _crash_after(monkeypatch, owner, name, when):
 
 
 def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_round(
-  tmp_path, monkeypatch, capsys
+  tmp_path, monkeypatch, capsys, reference
 ):
   """Item 0 of issue 38: the program stops right after one step of a round (deterministically, not
   at a random moment), is rerun, and must end with the uninterrupted run's logs. The first crash
-  lands right after the checkpoint that covers round 4: a participation log written after the
-  checkpoint would miss round 4 for good (resume truncates the log to the checkpoint and goes on
-  from round 5), and its audit would under-count those devices' participations."""
-  import tensorflow_federated as tff
-
+  lands right after the checkpoint that covers round 5: a participation log written after the
+  checkpoint would miss round 5 for good (resume truncates the log to the checkpoint and goes on
+  from round 6), and its audit would under-count those devices' participations."""
   from fedmf.privacy import log_journal
   from fedmf.program import train
 
-  extra = ["rounds=9", "checkpoint_every=5"]
-  reference = tmp_path / "reference"
-  assert cli_main.main(_args(reference, extra)) == 0, capsys.readouterr().err
+  extra = RESUMED
+  capsys.readouterr()
   root = tmp_path / "crashed"
   crash_points = [
-    # The checkpoint (version 5) that covers round 4.
-    (train.FileCheckpoints, "save", lambda run, version: version == 5),
-    # Round 6's participation rows, before its metrics (resumed from version 5).
-    (log_journal.AppendableParticipationLog, "write_round", lambda r, ids: r == 6),
-    # Round 7's metrics, before the final checkpoint.
-    (tff.program.CSVFileReleaseManager, "release", lambda value, key: key == 7),
+    # The checkpoint (version 6) that covers round 5.
+    (train.FileCheckpoints, "save", lambda run, version: version == 6),
+    # Round 7's participation rows, before its metrics (resumed from version 6).
+    (log_journal.AppendableParticipationLog, "write_round", lambda r, ids: r == 7),
+    # Round 8's metrics, before its model release and the checkpoint that covers it.
+    (train.MetricsJournal, "release", lambda value, key: key == 8),
   ]
   for owner, name, when in crash_points:
     with monkeypatch.context() as patch:
@@ -333,11 +351,14 @@ def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_r
         cli_main.main(_args(root, extra))
       assert crashed
     capsys.readouterr()
-  assert cli_main.main(_args(root, extra)) == 0, capsys.readouterr().err
-  assert "resuming" in capsys.readouterr().out
+  # With the ROOT written as users do (a trailing slash), which the summary printed as 'ROOT//'.
+  assert cli_main.main(_args(f"{root}/", extra)) == 0, capsys.readouterr().err
+  out = capsys.readouterr().out
+  assert "resuming" in out and "//" not in out
+  assert f"final model          {root / 'release' / 'final_model.npz'}" in out
   assert (root / "participation.csv").read_text() == (reference / "participation.csv").read_text()
   logged = {int(row["round"]) for row in csv.DictReader(open(root / "participation.csv"))}
-  assert logged == set(range(9))  # Every released round, each with its devices.
+  assert logged == set(range(12))  # Every released round, each with its devices.
   assert _metric_rows(root) == _metric_rows(reference)
   assert (root / JOURNAL_NAME).read_text() == (reference / JOURNAL_NAME).read_text()
   for a, b in zip(_weights(reference), _weights(root)):
@@ -349,18 +370,30 @@ def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_r
   assert audit["observed_max_participations"] == expected["observed_max_participations"]
 
 
-def test_metrics_releases_are_on_disk_when_release_returns(tmp_path, monkeypatch):
-  """metrics.csv's row of a round is fsynced before the program goes on to the checkpoint."""
+def test_metrics_rows_are_durable_in_simulates_column_order(tmp_path, monkeypatch):
+  """Issue 38 item 20: train's metrics.csv had TFF's alphabetical columns (and no fsync); an
+  earlier ROOT's file is rewritten in the new order when the run resumes."""
   import asyncio
 
+  from fedmf.program import outputs
   from fedmf.program import train
 
-  events = []
-
-  class Inner:
-    async def release(self, value, key):
-      events.append(("release", key))
-
-  monkeypatch.setattr(train.atomic_files, "fsync_path", lambda p: events.append(("fsync", p.name)))
-  asyncio.run(train.FsyncedRelease(Inner(), tmp_path / "metrics.csv").release({"loss": 1.0}, 3))
-  assert events == [("release", 3), ("fsync", "metrics.csv")]
+  synced = []
+  real = os.fsync
+  monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+  path = tmp_path / "metrics.csv"
+  old = "round,accuracy,clients,loss\n0,,4.0,3.5\n1,0.25,4.0,3.25\n2,,4.0,3.0\n"
+  path.write_text(old)  # As TFF's manager wrote it, with round 2 after the checkpoint.
+  journal = train.MetricsJournal(path, resume_below=2)
+  synced.clear()
+  asyncio.run(journal.release({"loss": 2.75, "clients": 4.0, "round_seconds": 0.5}, 2))
+  assert synced  # On disk when release returns.
+  journal.close()
+  rows = list(csv.reader(open(path)))
+  assert rows[0] == list(outputs.METRIC_COLUMNS)
+  as_dicts = [dict(zip(rows[0], row)) for row in rows[1:]]
+  assert [(d["round"], d["loss"], d["accuracy"], d["clients"]) for d in as_dicts] == [
+    ("0", "3.5", "", "4.0"),
+    ("1", "3.25", "0.25", "4.0"),
+    ("2", "2.75", "", "4"),
+  ]

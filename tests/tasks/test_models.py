@@ -10,13 +10,14 @@ from tensorflow_federated.python.simulation.baselines.stackoverflow import (
 )
 
 from fedmf.tasks import models
+from fedmf.tasks import model_sizes
 
 
 def _keras_reference(preset, vocab_size):
   """TFF's own StackOverflow model builder with the preset's sizes (Keras LSTM)."""
-  spec = models.PRESETS[preset]
+  spec = model_sizes.PRESETS[preset]
   return word_prediction_models.create_recurrent_model(
-    vocab_size=models.num_classes(vocab_size),
+    vocab_size=model_sizes.num_classes(vocab_size),
     embedding_size=spec.embedding_size,
     num_lstm_layers=1,
     lstm_size=spec.lstm_size,
@@ -27,7 +28,7 @@ def _keras_reference(preset, vocab_size):
 def test_lstm_paper_params():
   assert _keras_reference('lstm-paper', 10_000).count_params() == 4_050_748
   assert models.build_keras_model('lstm-paper', 10_000, 20).count_params() == 4_050_748
-  assert models.count_params('lstm-paper', 10_000) == 4_050_748
+  assert model_sizes.count_params('lstm-paper', 10_000) == 4_050_748
 
 
 def test_excluded_tokens_and_masks():

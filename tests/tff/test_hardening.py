@@ -9,7 +9,7 @@ import tensorflow_federated as tff
 
 from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
-from fedmf.tff import aggregators, build_dp_aggregator
+from fedmf.tff import aggregators, build_dp_aggregator, dp_mean
 
 DPSGD = {'mechanism': 'dpsgd'}
 VT = tff.TensorType(np.float32, [3])
@@ -24,11 +24,11 @@ def test_seeds_outside_64_bits_or_not_integers_are_refused(seed):
 
 
 def test_seed_keys_are_distinct_and_unchanged_below_2_63():
-  keys = {s: tuple(aggregators._seed_pair(s)) for s in (0, 1, 2**63 - 1, 2**63, 2**64 - 1)}
+  keys = {s: tuple(dp_mean.seed_key(s)) for s in (0, 1, 2**63 - 1, 2**63, 2**64 - 1)}
   assert len(set(keys.values())) == len(keys)
   assert keys[0] == (0, 0) and keys[2**63 - 1] == (2**63 - 1, 0)  # as before this change
   assert keys[2**64 - 1] == (2**63 - 1, 1)  # the top bit is kept
-  assert tuple(aggregators._seed_pair(np.uint64(2**64 - 1))) == keys[2**64 - 1]
+  assert tuple(dp_mean.seed_key(np.uint64(2**64 - 1))) == keys[2**64 - 1]
 
 
 def _noise(seed):

@@ -1,5 +1,5 @@
 """The host path's noise is the aggregator's noise (issue 11): for every mechanism and the same
-seed, `fedmf.program.server.HostNoise` (numpy kernels, host-side state) gives the
+seed, `fedmf.tff.host_noise.HostNoise` (numpy kernels, host-side state) gives the
 `tff.aggregators` factory's noise bit for bit, as computed inside TFF; the DP mean too; a restored
 checkpoint continues the same stream; prefetching in a thread changes nothing."""
 
@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 from fedmf.mf import strategies as st
 from fedmf.mf import tree
 from fedmf.program import server
+from fedmf.tff import dp_mean
 from fedmf.tff import host_noise
 from fedmf.tff import build_dp_aggregator
 from tests.mf.random_strategies import random_bandmf, random_dense
@@ -73,7 +74,7 @@ def _factory_noise(name):
 
 def _host(name, **kwargs):
   stream = st.load_strategy(EVERY[name]).noise_stream(ROUNDS)
-  return server.HostNoise(stream, SHAPES, seed=SEED, **kwargs)
+  return host_noise.HostNoise(stream, SHAPES, seed=SEED, **kwargs)
 
 
 def _assert_same(a, b, what):
@@ -154,7 +155,7 @@ def test_host_draws_are_the_aggregator_draws():
 
   host = _host('dpsgd')
   specs = [tf.TensorSpec(s, tf.float32) for s in SHAPES]
-  key = tf.constant(host_noise.aggregators_lib._seed_pair(SEED), tf.int64)  # pylint: disable=protected-access
+  key = tf.constant(dp_mean.seed_key(SEED), tf.int64)
   for t, j in [(0, 0), (5, 2)]:
     eager = noise.round_draws(key, tf.constant(t, tf.int64), specs)(j)
     for x, y in zip(host._z(t)(j), eager):  # pylint: disable=protected-access

@@ -105,6 +105,39 @@ def test_bad_input_is_one_line():
     amp.account_amplified(tree, 16, sampling, 1e-6, noise_multiplier=1.0)
 
 
+def test_a_sampling_probability_the_accountant_cannot_resolve_is_refused_in_fedmf_words():
+  """Issue 38 item 14: a dataset of 1e21 examples gave dp_accounting's internal 'deltas are not in
+  non-increasing order'; a batch above the dataset gave 'use at most 0 partitions'."""
+  with pytest.raises(FedmfUserError, match=r"q = .* = 1e-19 is below 1e-12.*smaller dataset size"):
+    amp.CyclicPoissonSampling(dataset_size=10**21, batch_size=100, partitions=1)
+  with pytest.raises(FedmfUserError, match="the batch size 100 exceeds the dataset size 10"):
+    amp.CyclicPoissonSampling(dataset_size=10, batch_size=100, partitions=1)
+  # At the floor the PLD accountant still works (measured down to q = 1e-15), and ε only
+  # grows with q: the floor's ε bounds any smaller q's.
+  at_floor = amp.CyclicPoissonSampling(dataset_size=10**14, batch_size=100, partitions=1)
+  assert at_floor.sampling_probability == pytest.approx(1e-12)
+  eps, _ = amp.epsilon_for(0.5, 100, at_floor, 1e-6)
+  larger, _ = amp.epsilon_for(0.5, 100, amp.CyclicPoissonSampling(10**6, 100, 1), 1e-6)
+  assert 0 <= eps <= larger
+
+
+def test_bands_auto_refuses_an_unaccountable_sampling_before_optimizing(
+  tmp_path, capsys, monkeypatch
+):
+  def never(*args, **kwargs):
+    raise AssertionError("optimized before refusing")
+
+  monkeypatch.setattr(st.mechanism_class("bandmf"), "optimize", never)
+  code = cli_main.main(
+    ["strategy", "optimize", "--mechanism", "bandmf", "--bands", "auto", "--n", "100"]
+    + ["--min-sep", "10", "--max-participations", "10", "--target-epsilon", "8"]
+    + ["--delta", "1e-6", "--dataset-size", str(10**21), "--batch-size", "100"]
+    + ["--out", str(tmp_path / "s.json")]
+  )
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(err) == 1 and "is below 1e-12" in err[0], err
+
+
 def _cli(argv, capsys):
   code = cli_main.main(argv)
   out = capsys.readouterr()

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from fedmf.privacy import audit, participation_log
+from fedmf.privacy import audit, audit_result, log_counts, log_statistics, participation_log
 from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies as st
 from tests.mf.brute_force import brute_force_sensitivity
@@ -256,7 +256,7 @@ def test_audit_log_fast_path_equals_brute_force(tmp_path_factory, rows, B, K, du
   assert set(listed) == viol and len(listed) == len(viol)
   # Order: clients by first appearance in the log, then reason in REASONS order.
   first = {c: i for i, c in reversed(list(enumerate(c for _, c in rows)))}
-  assert listed == sorted(listed, key=lambda v: (first[v[0]], audit.REASONS.index(v[2])))
+  assert listed == sorted(listed, key=lambda v: (first[v[0]], log_counts.REASONS.index(v[2])))
   assert [(v.client_id, v.rounds, v.reason) for v in res.violations] == listed
 
 
@@ -269,7 +269,7 @@ def test_log_statistics_key_layouts_equal_brute_force(max_round, num_clients):
   rounds[0] = max_round
   codes = rng.integers(0, 50 if max_round else 3, n)
   rows = [(int(r), str(c)) for r, c in zip(rounds, codes)]
-  stats, viol = audit.log_statistics(
+  stats, viol = log_statistics.statistics_of_arrays(
     rounds.astype(np.int64), codes.astype(np.int32), num_clients, max(1, max_round // 20), 40, None
   )
   b, k, expected = brute(rows, max(1, max_round // 20), 40)
@@ -329,5 +329,5 @@ def test_violation_limit_counts_all_lists_first(tmp_path):
   d = some.to_dict()
   assert d["violations_truncated"] is True and len(d["violations"]) == 4
   assert full.to_dict()["violations_truncated"] is False
-  text = audit.format_summary(some, max_violations=2)
+  text = audit_result.format_summary(some, max_violations=2)
   assert "... 9 more (the first 4 in --json)" in text

@@ -1,6 +1,8 @@
-"""The training loop shared by `fedmf simulate` and `fedmf train`: one round at a time.
+"""A training run, built once, and one round of it: what `fedmf simulate` and `fedmf train` share.
 
-One concept: a round of DP FedAvg (the papers' FedSGDM; BandMF App. I, BLT Alg. 1):
+(Not the loop over the rounds: that is `fedmf.program.logic.run_rounds`.) One concept: a run of
+DP FedAvg (`TrainingRun`, made by `build_run`) and its round (the papers' FedSGDM; BandMF App. I,
+BLT Alg. 1):
 
   1. the participation model draws the cohort (device timer, schedule or sampling);
   2. TFF runs the federated part: broadcast, one local epoch of client SGD, clipping to ζ, the sum
@@ -27,27 +29,28 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fedmf import display
 from fedmf import participation as participation_lib
 from fedmf.mf import resources
-from fedmf.mf import strategies
 from fedmf.participation import Cohort
 from fedmf.program import plan as plan_lib
+from fedmf.program import platform
+from fedmf.program import preflight
 from fedmf.program import server as server_lib
 from fedmf.config_parse import ConfigError
 from fedmf.program.config import TrainingConfig
 from fedmf.program.meter import PrivacyMeter
+from fedmf.tff import dp_mean
+from fedmf.tff import host_noise
 from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger("fedmf.train")
-
-# Clients per TFF call: bounds the worker's memory (~54 MB per client of the 4M-parameter LSTM).
-CLIENTS_PER_CALL = {"lstm-paper": 20, "lstm-small": 50}
 
 
 def concurrent_clients(config) -> int:
   """The clients one TFF call of a full round runs at once: the round's clients, in chunks of
   `clients_per_call` (the platform's, else the model's default)."""
-  per_call = config.platform.clients_per_call or CLIENTS_PER_CALL.get(config.task.model)
+  per_call = config.platform.clients_per_call or preflight.CLIENTS_PER_CALL.get(config.task.model)
   return min(config.program.clients_per_round, per_call or config.program.clients_per_round)
 
 
@@ -71,10 +74,14 @@ class RoundRecord:
   epsilon: Optional[float] = None
   # The round's noisy mean (what the release journal hashes); not a metric.
   noisy_mean: Optional[list] = dataclasses.field(default=None, repr=False, compare=False)
+  # The log ids of the canaries inserted this round (`canaries:`); not a metric.
+  canary_ids: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
   def to_dict(self) -> dict[str, Any]:
     return {
-      f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "noisy_mean"
+      f.name: getattr(self, f.name)
+      for f in dataclasses.fields(self)
+      if f.name not in ("noisy_mean", "canary_ids")
     }
 
 
@@ -96,7 +103,7 @@ class TrainingRun:
   data_iterator: Any
   plan: plan_lib.PrivacyPlan
   runner: Any
-  noise: Optional[server_lib.HostNoise]
+  noise: Optional[host_noise.HostNoise]
   server: server_lib.ServerState
   meter: PrivacyMeter
   shapes: list[tuple[int, ...]]
@@ -105,6 +112,8 @@ class TrainingRun:
   # rounds are computed while TFF trains the clients; `noise` is its state, from `start_noise`.
   noise_stream: Any = None
   noise_overlap: bool = True
+  # The run's canary clients (`fedmf.program.canaries.RunCanaries`), None without `canaries:`.
+  canaries: Any = None
 
   @property
   def participation(self) -> participation_lib.ParticipationModel:
@@ -139,47 +148,6 @@ def check_finite(run: TrainingRun, round_index: int, result) -> None:
     )
 
 
-def poisson_groups(config: TrainingConfig) -> Optional[int]:
-  """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1."""
-  if config.participation.model != "cyclic_poisson" or config.participation.min_sep is not None:
-    return None
-  if config.privacy.strategy is None:  # (a strategy file has no default: it was made for some b)
-    mechanism = strategies.mechanism_class(config.privacy.mechanism)
-    groups = mechanism.default_poisson_groups(plan_lib.optimize_options(config))
-    if groups is not None:
-      return groups
-  raise ConfigError(
-    "participation.model cyclic_poisson needs participation.min_sep (the number of "
-    "groups; bandmf: its bands)"
-  )
-
-
-# Model copies a run holds besides the TFF call: the task's Keras model, the server's weights,
-# momentum, noisy mean and clipped sum, and the prefetched noise.
-HOST_MODEL_COPIES = 6
-# Per client in one TFF call: about 54 MB for the 4.05M-parameter LSTM (16.2 MB of weights), i.e.
-# 3.3 model copies (weights, gradients, optimizer slots, the update), measured for CLIENTS_PER_CALL.
-CLIENT_MODEL_COPIES = 3.3
-
-
-def model_state_cost(config: TrainingConfig) -> resources.Cost:
-  """The model, optimizer and client-call state of the config's model, before any is allocated
-  (issue 26, A.5); the noise stream's buffers are estimated once the strategy is known."""
-  from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
-
-  params = models.count_params(config.task.model, config.task.vocab_size)
-  per_call = min(
-    config.program.clients_per_round,
-    CLIENTS_PER_CALL.get(config.task.model, config.program.clients_per_round),
-  )
-  copies = HOST_MODEL_COPIES + CLIENT_MODEL_COPIES * per_call
-  return resources.Cost.of(
-    f"{params:,} float32 parameters x {copies:.0f} copies (model, server optimizer, noise, "
-    f"{per_call} clients per TFF call)",
-    4.0 * params * copies,
-  )
-
-
 def build_run(
   config: TrainingConfig,
   *,
@@ -188,6 +156,7 @@ def build_run(
   task: Any = None,
   overlap: bool = True,
   noise: bool = True,
+  pool: Any = None,
 ) -> TrainingRun:
   """Task, participation data source, strategy, privacy plan, TFF computation, server state and
   noise stream: everything a run needs, built once.
@@ -196,7 +165,9 @@ def build_run(
   `noise_seed` (default: the config's, else drawn from OS randomness) seeds the noise; `overlap`
   computes each round's noise while TFF trains the clients (the same noise either way).
   `noise=False` leaves the noise stream's buffers unallocated until `start_noise(run, seed)`: a
-  resumed program learns its seed from the checkpoint (`fedmf.program.train`).
+  resumed program learns its seed from the checkpoint (`fedmf.program.train`). `pool` (the
+  `WorkerPool` that `platform.execution` yields, None for one local worker) trains the rounds'
+  chunks of clients (`platform.round_runner`).
   Needs an installed TFF execution context for the computations it builds to run later.
   """
   from fedmf import tasks  # pylint: disable=g-import-not-at-top
@@ -205,11 +176,14 @@ def build_run(
   from fedmf.tff.runner import RoundRunner  # pylint: disable=g-import-not-at-top
 
   if task is None:
-    resources.check(
-      model_state_cost(config),
-      f"training {config.task.model} at vocab_size {config.task.vocab_size}",
-    )
-  if task is None:
+    preflight.check(config)  # What the CLI checked before TensorFlow, for library callers.
+    if config.canaries.enabled:
+      from fedmf.program import canaries as canaries_lib  # pylint: disable=g-import-not-at-top
+      from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
+
+      canaries_lib.check_fits(
+        config, models.count_params(config.task.model, config.task.vocab_size)
+      )
     task = tasks.build_task(
       tasks.TaskSpec(
         task=config.task.name,
@@ -239,7 +213,7 @@ def build_run(
     task.num_clients,
     config.program.clients_per_round,
     config.program.seed,
-    poisson_groups(config),
+    preflight.poisson_groups(config),
     client_id=task.client_id,
   )
   model = iterator.model
@@ -247,7 +221,8 @@ def build_run(
   strategy = plan_lib.resolve_strategy(
     config, schema, plan_lib.cache_dir() if cache is None else cache
   )
-  plan = plan_lib.make_plan(config, model, strategy, schema)
+  with resources.time_limit(f"calibrating the noise of {strategy.describe()}"):
+    plan = plan_lib.make_plan(config, model, strategy, schema)
   weights = task.initial_weights(config.program.seed)
   shapes = [tuple(w.shape) for w in weights]
   # A task may give its model as a FunctionalModel (cheaper per client in the worker).
@@ -260,10 +235,12 @@ def build_run(
     zeroing_linf=config.recipe.zeroing_linf,
   )
   # The chunks fix the order of the float sums: the same whatever the platform (workers).
-  clients_per_call = config.platform.clients_per_call or CLIENTS_PER_CALL.get(
+  clients_per_call = config.platform.clients_per_call or preflight.CLIENTS_PER_CALL.get(
     getattr(task, "preset", None)
   )
-  runner = RoundRunner(client_round, shapes, clients_per_call)
+  runner = platform.round_runner(
+    RoundRunner(client_round, shapes, clients_per_call), config.program.clients_per_round, pool
+  )
   stream = strategy.noise_stream(config.program.rounds)
   model_bytes = 4.0 * sum(int(np.prod(s)) for s in shapes)
   buffers = stream.model_buffers(config.program.rounds)
@@ -276,8 +253,20 @@ def build_run(
   )
   if noise_seed is None:
     noise_seed = (
-      config.privacy.noise_seed if config.privacy.noise_seed is not None else server_lib.draw_seed()
+      config.privacy.noise_seed
+      if config.privacy.noise_seed is not None
+      else dp_mean.draw_noise_seed()
     )
+  from fedmf.program import canaries as canaries_lib  # pylint: disable=g-import-not-at-top
+
+  run_canaries = canaries_lib.build(
+    config,
+    shapes=shapes,
+    schema=schema,
+    strategy=strategy,
+    num_clients=task.num_clients,
+    poisson_groups=poisson_groups(config),
+  )
   run = TrainingRun(
     config=config,
     task=task,
@@ -291,6 +280,7 @@ def build_run(
     noise_seed=noise_seed,
     noise_stream=stream if plan.training_noise_multiplier > 0 else None,
     noise_overlap=overlap,
+    canaries=run_canaries,
   )
   if noise:
     start_noise(run)
@@ -304,7 +294,7 @@ def start_noise(run: TrainingRun, seed: Optional[int] = None) -> None:
   if seed is not None:
     run.noise_seed = seed
   if run.noise_stream is not None:
-    run.noise = server_lib.HostNoise(
+    run.noise = host_noise.HostNoise(
       run.noise_stream, run.shapes, run.noise_seed, overlap=run.noise_overlap
     )
 
@@ -317,7 +307,7 @@ def noise_state_template(run: TrainingRun) -> list:
   if run.noise_stream is None:
     return []
   tiny = [(1,)] * len(run.shapes)  # The layout of a kernel's state does not depend on sizes.
-  return server_lib.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
+  return host_noise.HostNoise(run.noise_stream, tiny, 0).state(copy=False)
 
 
 def draw_cohort(run: TrainingRun, round_index: int) -> Cohort:
@@ -338,6 +328,9 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
   # Autotuning off for every task's datasets, a user's own too: it stalls TFF's worker.
   datasets = client_data.worker_datasets([run.task.client_dataset(int(i)) for i in cohort.clients])
   result = run.runner.run(run.server.weights, datasets)
+  canary_ids = []
+  if run.canaries is not None:  # They join the clipped sum before the noise, like a client.
+    canary_ids = run.canaries.insert(r, result.clipped_sum, c.recipe.clip_norm)
   row_norm = run.noise.row_norm() if run.noise is not None else 0.0
   noise = run.noise.next() if run.noise is not None else None
   lr = server_lib.learning_rate(
@@ -358,6 +351,8 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     c.recipe.server_momentum,
   )
   check_finite(run, r, result)
+  if run.canaries is not None:
+    run.canaries.project(r, mean, c.program.clients_per_round)
   run.meter.record(r, cohort.clients)
   return RoundRecord(
     round=r,
@@ -372,6 +367,7 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     clipped=result.clipped,
     zeroed=result.zeroed,
     noisy_mean=mean,
+    canary_ids=canary_ids,
   )
 
 
@@ -392,6 +388,5 @@ def is_eval_round(config: TrainingConfig, round_index: int) -> bool:
 
 
 def format_epsilon(eps: Optional[float]) -> str:
-  if eps is None:
-    return "-"
-  return "inf" if math.isinf(eps) else f"{eps:.3g}"
+  """ε for people: three significant digits, rounded up (`fedmf.display.epsilon`)."""
+  return display.epsilon(eps)

@@ -3,13 +3,16 @@
 written all or nothing."""
 
 import html.parser
+import math
 import os
 
 import matplotlib
 import numpy as np
 import pytest
 
+from fedmf import display
 from fedmf.privacy import audit, participation_log, report, report_plots
+from fedmf.privacy.report_model import RunMetrics
 
 matplotlib.use("Agg")
 
@@ -102,7 +105,7 @@ def test_the_epsilon_curve_shows_the_declared_epsilon_and_the_budget(tmp_path, m
   ax = figures[0].axes[0]
   labels = [line.get_label() for line in ax.get_lines()]
   declared = res.declared.accounting.epsilon
-  assert f"declared ε = {declared:.4g} (does NOT hold)" in labels  # the log violates it
+  assert f"declared ε = {display.epsilon(declared)} (does NOT hold)" in labels  # violated
   assert "budget ε = 7.5" in labels
   budget = next(line for line in ax.get_lines() if line.get_label() == "budget ε = 7.5")
   assert budget.get_ydata()[0] == 7.5
@@ -184,3 +187,65 @@ def test_the_report_plots_the_metrics_it_is_given_and_reads_no_run_file(tmp_path
   report.write_report(res, out, metrics=metrics)
   assert (out / "training.png").exists()
   assert "No check-in was refused in the 2 rounds" in (out / "report.md").read_text()
+
+
+def test_one_value_per_axis_gets_whole_number_ticks(tmp_path, monkeypatch):
+  """Issue 38 item 9: every client joining once gave the participations bar ticks 0.6-1.5
+  (MaxNLocator falls back to fractions with fewer than two integers in view)."""
+  rows = [(r, f"c{r}") for r in range(10)] + [(0, "a"), (5, "a")]
+  res = _result(tmp_path, rows, rounds=10, min_sep=3, max_participations=3)
+  figures = _capture(monkeypatch)
+  report_plots._plot_participations(res)  # pylint: disable=protected-access
+  report_plots._plot_gaps(res)  # pylint: disable=protected-access
+  for fig in figures:
+    ax = fig.axes[0]
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    yticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+    assert all(float(t).is_integer() for t in yticks), yticks
+
+
+def test_the_violators_timeline_spans_their_rounds_not_every_round(tmp_path, monkeypatch):
+  """Issue 38 item 9: violations in the first rounds of a long audit used 5% of the axis."""
+  rows = [(0, "a"), (2, "a"), (4, "b"), (5, "b")] + [(r, f"c{r}") for r in range(6, 200)]
+  res = _result(tmp_path, rows, rounds=200, min_sep=3)
+  figures = _capture(monkeypatch)
+  report_plots._plot_violators(res)  # pylint: disable=protected-access
+  low, high = figures[0].axes[0].get_xlim()
+  assert low <= 0 and 5 <= high <= 10
+
+
+def test_the_final_model_evaluated_after_a_stop_is_on_the_accuracy_plot(monkeypatch):
+  """Issue 38 item 9: a train run stopped by its budget between evaluations had an empty
+  accuracy panel although its summary had a final accuracy."""
+  rounds = np.arange(13.0)
+  columns = {"round": rounds, "loss": 7 - rounds / 10, "accuracy": np.full(13, np.nan)}
+  figures = _capture(monkeypatch)
+  report_plots._plot_training(RunMetrics(columns, 0.001, (13, 0.05)))  # pylint: disable=protected-access
+  accuracy = figures[0].axes[0]
+  final = [line for line in accuracy.get_lines() if line.get_marker() == "D"]
+  assert [(list(f.get_xdata()), list(f.get_ydata())) for f in final] == [([13], [0.05])]
+  assert accuracy.get_ylim()[1] > 0.05 and accuracy.get_xlim()[1] >= 13
+
+
+def test_the_report_says_in_plain_words_what_its_numbers_mean(tmp_path):
+  """Issue 38 item 11: what epsilon and delta mean, what the mechanism is, what min-separation
+  means for a device, each linked to its doc."""
+  res = _result(tmp_path, ROWS, rounds=10, min_sep=3, max_participations=3)
+  report.write_report(res, tmp_path / "rep")
+  text = (tmp_path / "rep" / "report.html").read_text()
+  words = text[text.index('<h2 id="words">') : text.index("</section>", text.index('id="words"'))]
+  eps = res.realized.epsilon
+  assert f"With ε = {display.epsilon(eps)} and δ = 1e-06" in words
+  factor = math.exp(eps)
+  assert (
+    f"at most {display.epsilon(factor) if factor < 1000 else f'{math.ceil(factor):,}'} times"
+    in words
+  )
+  assert "The mechanism: blt (2 buffers)" in words and "BLT (buffered linear Toeplitz" in words
+  assert "at least 2 rounds after its previous round and took part at most 4 times" in words
+  for doc in ("docs/mechanisms.md", "docs/participation-log.md"):
+    assert f"<code>{doc}</code>" in words
+  md = (tmp_path / "rep" / "report.md").read_text()
+  assert "## In plain words" in md and "What ε and δ mean" in md

@@ -11,7 +11,14 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from fedmf.privacy import audit, log_reader, log_scan, participation_log
+from fedmf.privacy import (
+  log_counts,
+  log_reader,
+  log_scan,
+  log_sort,
+  log_statistics,
+  participation_log,
+)
 
 
 def reference(rows, min_sep=None, max_participations=None):
@@ -89,7 +96,7 @@ def check(stats, table, rows, min_sep, max_participations, limit):
     {"client_id": c, "rounds": list(r), "reason": w} for c, r, w in violations[:limit]
   ]
   assert table.counts() == {
-    reason: sum(1 for v in violations if v[2] == reason) for reason in audit.REASONS
+    reason: sum(1 for v in violations if v[2] == reason) for reason in log_counts.REASONS
   }
   assert table.truncated == (limit is not None and len(violations) > limit)
 
@@ -141,7 +148,7 @@ def test_scan_equals_reference(rows, min_sep, max_part, limit, batch, chunk, his
     mp.setattr(log_scan, "_CHUNK_ROWS", chunk)
     if history is not None:
       mp.setattr(log_scan, "_HISTORY_ROWS", history)
-    scan = audit.LogScan(min_sep, max_part, limit)
+    scan = log_scan.LogScan(min_sep, max_part, limit)
     for r, c in batches:
       scan.update(r, c)
     stats, table = scan.finish(len(ids), ids, reread=lambda: iter(batches))
@@ -158,17 +165,15 @@ def test_scan_equals_reference(rows, min_sep, max_part, limit, batch, chunk, his
 def test_log_statistics_any_order_equals_reference_and_sorted_path(rows, min_sep, max_part, limit):
   """In-memory logs in any order: the same as the reference and as the previous (sort) auditor."""
   rounds, codes, ids = arrays_of(rows)
-  stats, table = audit.log_statistics(
+  stats, table = log_statistics.statistics_of_arrays(
     rounds, codes, len(ids), min_sep, max_part, ids, violation_limit=limit
   )
   check(stats, table, rows, min_sep, max_part, limit)
-  old_stats, old_table = audit._sorted_log_statistics(
-    rounds, codes, len(ids), min_sep, max_part, ids
-  )
+  old_stats, old_table = log_sort.sorted_statistics(rounds, codes, len(ids), min_sep, max_part, ids)
   assert summary(stats) == summary(old_stats)
   assert old_table.to_list()[:limit] == table.to_list()
   ordered = sorted(range(len(rows)), key=lambda i: rows[i][0])  # Round order, stable.
-  stats, table = audit.log_statistics(
+  stats, table = log_statistics.statistics_of_arrays(
     rounds[ordered], codes[ordered], len(ids), min_sep, max_part, ids, violation_limit=limit
   )
   assert summary(stats) == summary(old_stats)
@@ -195,7 +200,7 @@ def test_scan_log_file_equals_reference(
     mp.setattr(log_reader, "_CSV_BLOCK_SIZE", 64)
     if history is not None:
       mp.setattr(log_scan, "_HISTORY_ROWS", history)
-    stats, table = audit.scan_log(
+    stats, table = log_statistics.statistics_of_file(
       path, min_sep=min_sep, max_participations=max_part, violation_limit=3
     )
   expected_stats, violations = reference(rows, min_sep, max_part)
@@ -210,17 +215,21 @@ def test_pathological_retries_bounded_listing():
     rows += [(r, f"n{r * 7 + i}") for i in range(7)]
     rows += [(r, f"hot{h}") for h in range(3) for _ in range(1 + (r * (h + 1)) % 5)]
   rounds, codes, ids = arrays_of(rows)
-  stats, table = audit.log_statistics(rounds, codes, len(ids), 10, 5, ids, violation_limit=4)
+  stats, table = log_statistics.statistics_of_arrays(
+    rounds, codes, len(ids), 10, 5, ids, violation_limit=4
+  )
   check(stats, table, rows, 10, 5, 4)
   assert table.truncated and len(table) == 4
   assert stats.observed_max_participations == 300 and stats.observed_min_sep == 1
 
 
 def test_round_beyond_scan_limit_takes_the_sort_path():
-  rows = [(0, "a"), (audit.MAX_ROUND + 5, "a"), (3, "b")]
+  rows = [(0, "a"), (log_scan.MAX_ROUND + 5, "a"), (3, "b")]
   rounds, codes, ids = arrays_of(rows)
-  stats, table = audit.log_statistics(rounds, codes, len(ids), 2, None, ids)
-  assert stats.observed_min_sep == audit.MAX_ROUND + 5 and stats.max_round == audit.MAX_ROUND + 5
+  stats, table = log_statistics.statistics_of_arrays(rounds, codes, len(ids), 2, None, ids)
+  assert (
+    stats.observed_min_sep == log_scan.MAX_ROUND + 5 and stats.max_round == log_scan.MAX_ROUND + 5
+  )
 
 
 def test_second_pass_refuses_a_log_that_changed(tmp_path, monkeypatch):
@@ -242,4 +251,4 @@ def test_second_pass_refuses_a_log_that_changed(tmp_path, monkeypatch):
   with pytest.raises(
     participation_log.ParticipationLogError, match=f"^{path}: the log changed while it was audited"
   ):
-    audit.scan_log(path, min_sep=5)
+    log_statistics.statistics_of_file(path, min_sep=5)

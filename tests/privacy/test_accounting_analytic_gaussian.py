@@ -12,7 +12,7 @@ import math
 import mpmath
 import pytest
 
-from fedmf.cli.main import main
+from fedmf.cli import main as cli_main
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import accounting, audit, participation_log
 
@@ -129,12 +129,12 @@ def test_fedmf_audit_states_the_exact_epsilon_by_default_and_pld_on_request(tmp_
   strategy.write_text(json.dumps(BLT400))
   base = ["audit", str(log), "--strategy", str(strategy), "--noise-multiplier", "3"]
   base += ["--delta", "1e-6", "--rounds", "50", "--json"]
-  assert main(base) == 0
+  assert cli_main.main(base) == 0
   exact = json.loads(capsys.readouterr().out)
   assert exact["accountant"] == "analytic"
   mu = exact["sensitivity"] / 3
   assert exact["epsilon"] == accounting.gaussian_epsilon(mu, 1e-6)
-  assert main(base + ["--accountant", "pld"]) == 0
+  assert cli_main.main(base + ["--accountant", "pld"]) == 0
   pld = json.loads(capsys.readouterr().out)
   assert pld["accountant"] == "pld" and pld["sensitivity"] == exact["sensitivity"]
   assert exact["epsilon"] <= pld["epsilon"] <= exact["epsilon"] + 2e-3

@@ -366,7 +366,7 @@ def test_a_noise_multiplier_that_is_not_a_number_is_refused(sigma):
 def test_pld_grid_is_estimated_before_it_is_allocated():
   # ε = 1e9 needs μ ≈ 44717: a PLD grid of 2e13 points (146 TiB of int64 in dp_accounting).
   with pytest.raises(FedmfUserError) as info:
-    accounting.calibrate_noise_multiplier(DPSGD, ONE_ROUND, 1e9, 1e-5)
+    accounting.calibrate_noise_multiplier(DPSGD, ONE_ROUND, 1e9, 1e-5, accountant="pld")
   message = str(info.value)
   assert "PLD accountant" in message and "PiB of memory" in message and "2e+13 points" in message
   assert "limit of 4 GiB" in message and "--accountant analytic" in message

@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.cli.main import main
+from fedmf.cli import main as cli_main
 from fedmf.errors import FedmfUserError
 from fedmf.mf import resources
 from fedmf.privacy import audit, participation_log
+from tests.helpers import one_line_error
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DPSGD = {"mechanism": "dpsgd"}
 
 
 def _audit_cli(capsys, log, *flags):
-  code = main(
+  code = cli_main.main(
     ["audit", str(log), "--strategy", str(_strategy(log)), "--noise-multiplier", "1"]
     + ["--delta", "1e-6", *flags]
   )
@@ -38,12 +39,7 @@ def _strategy(log) -> Path:
 
 
 def _one_line_error(code, out, err, *needles):
-  lines = err.strip().splitlines()
-  assert code == 2 and out == "", (code, out, err)
-  assert len(lines) == 1 and lines[0].startswith("fedmf audit: error:"), err
-  assert "Traceback" not in err
-  for needle in needles:
-    assert needle in lines[0], lines[0]
+  return one_line_error(code, out, err, *needles, command="audit")
 
 
 @pytest.mark.parametrize("name", ["log.jsonl.gz", "log.csv.gz"])
@@ -202,3 +198,14 @@ def test_the_writer_restores_the_default_sigterm_action():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
     assert sorted(os.listdir(tmp)) == ["p.csv"]
   assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("name", ["log.csv", "log.csv.gz"])
+def test_a_10_mb_line_names_its_row_in_fedmf_words(tmp_path, capsys, name):
+  """Issue 38 item 15: pyarrow's 'straddling object straddles two block boundaries (try to
+  increase block size?)' named neither the row nor what is wrong."""
+  text = b"round,client_id\n0,a\n1,b\n2," + b"x" * (10 * 2**20) + b"\n3,c\n"
+  (tmp_path / name).write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+  code, out, err = _audit_cli(capsys, tmp_path / name, "--rounds", "4", "--no-progress")
+  _one_line_error(code, out, err, name, "row 3 (line 4) is 10.0 MiB long", "participation log?")
+  assert "straddl" not in err

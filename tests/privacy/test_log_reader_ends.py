@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.cli.main import main
+from fedmf.cli import main as cli_main
+from tests.helpers import one_line_error
 
 DPSGD = {"mechanism": "dpsgd"}
 
@@ -27,7 +28,7 @@ def _write(tmp_path: Path, name: str, data: bytes) -> Path:
 
 
 def _audit(capsys, log: Path, *flags: str):
-  code = main(
+  code = cli_main.main(
     ["audit", str(log), "--strategy", str(log.parent / "dpsgd.json"), "--noise-multiplier", "2"]
     + ["--delta", "1e-6", "--rounds", "10", *flags]
   )
@@ -36,12 +37,7 @@ def _audit(capsys, log: Path, *flags: str):
 
 
 def _one_line_error(code: int, out: str, err: str, *needles: str) -> str:
-  lines = err.strip().splitlines()
-  assert code == 2 and out == "", (code, out, err)
-  assert len(lines) == 1 and lines[0].startswith("fedmf audit: error:"), err
-  for needle in needles:
-    assert needle in lines[0], lines[0]
-  return lines[0]
+  return one_line_error(code, out, err, *needles, command="audit")
 
 
 @pytest.mark.parametrize("name", ["log.csv", "log.csv.gz"])

@@ -1,0 +1,59 @@
+"""Helpers shared by the test modules, in one place: running the `fedmf` CLI in process, checking a
+one-line refusal, and brute-force participation statistics.
+
+`fedmf(argv)` looks `fedmf.cli.main.main` up when it is called, so the output check that
+tests/conftest.py installs around it for each test applies (a module doing `from fedmf.cli.main
+import main` would keep the unchecked function)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from fedmf.cli import main as cli_main
+
+
+def fedmf(argv) -> int:
+  """`fedmf ARGV` in process; its exit code (argparse's usage errors included)."""
+  try:
+    return cli_main.main([str(a) for a in argv])
+  except SystemExit as e:  # argparse usage errors and --help
+    return e.code
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+  """(exit code, stdout, stderr) of `fedmf ARGV` in process."""
+  code = fedmf(argv)
+  captured = capsys.readouterr()
+  return code, captured.out, captured.err
+
+
+def one_line_error(
+  code: int, out: Optional[str], err: str, *needles: str, command: Optional[str] = None
+) -> str:
+  """Checks a refusal: exit 2, nothing on stdout (unless `out` is None: not checked), one line on
+  stderr naming every needle (and starting `fedmf COMMAND: error:` when given), no traceback.
+  Returns the line."""
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, (code, out, err)
+  assert out is None or out == "", (code, out, err)
+  assert "Traceback" not in err
+  if command is not None:
+    assert lines[0].startswith(f"fedmf {command}: error:"), err
+  for needle in needles:
+    assert needle in lines[0], lines[0]
+  return lines[0]
+
+
+def rounds_by_client(cohorts: Iterable) -> dict[int, list[int]]:
+  """{client: the rounds it joined, in order} of cohorts (objects with .round and .clients)."""
+  seen: dict[int, list[int]] = {}
+  for c in cohorts:
+    for i in c.clients.tolist():
+      seen.setdefault(i, []).append(c.round)
+  return seen
+
+
+def brute_min_sep(cohorts: Iterable) -> Optional[int]:
+  """The smallest gap between two rounds of one client (None if nobody joined twice)."""
+  gaps = [b - a for rs in rounds_by_client(cohorts).values() for a, b in zip(rs, rs[1:])]
+  return min(gaps) if gaps else None

@@ -1,0 +1,45 @@
+"""The noise check: exact intervals (χ²; Wishart) cover the truth about 95% of the time."""
+
+import numpy as np
+import pytest
+
+from fedmf.mf import strategies as st
+from fedmf.privacy import empirical_noise, empirical_statistics
+
+
+def test_intervals_cover_the_claim_when_the_noise_is_right():
+  strategy = st.load_strategy(
+    {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.2, 0.3]}
+  )
+  n, k, sigma = 20, 60, 1.3
+  w = empirical_statistics.release_whitening(strategy, n)
+  p = strategy.per_round_noise_matrix(n)
+  pattern = np.zeros(n, bool)
+  pattern[[0, 7, 14]] = True
+  claimed = np.linalg.norm(w @ pattern) / sigma
+  scale = leak = 0
+  for seed in range(200):
+    held = sigma * p @ np.random.default_rng(seed).standard_normal((n, k))
+    check = empirical_noise.noise_check(held, w, sigma, pattern, claimed, 1e-6)
+    scale += check.scale_consistent
+    leak += check.leak_consistent
+  assert 180 <= scale <= 200 and 180 <= leak <= 200
+
+
+def test_wrong_scale_is_seen():
+  n, k = 10, 200
+  held = 0.5 * np.random.default_rng(0).standard_normal((n, k))
+  pattern = np.ones(n, bool)
+  check = empirical_noise.noise_check(held, np.eye(n), 1.0, pattern, np.sqrt(n), 1e-6)
+  assert check.variance_ratio == pytest.approx(0.25, rel=0.1) and not check.scale_consistent
+  assert check.measured_mu == pytest.approx(2 * np.sqrt(n), rel=0.15)
+  assert check.leak_consistent is False
+  assert any("leaks MORE" in w for w in check.warnings())
+
+
+def test_too_few_held_out_canaries_give_the_scale_only():
+  held = np.random.default_rng(0).standard_normal((30, 25))
+  check = empirical_noise.noise_check(held, np.eye(30), 1.0, np.ones(30, bool), 1.0, 1e-6)
+  assert check.measured_mu is None and check.leak_consistent is None
+  assert "more held-out canaries" in check.note
+  assert check.to_dict()["measured_noise_mu"] is None
