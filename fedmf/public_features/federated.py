@@ -10,7 +10,7 @@ w_i ū ūᵀ / s_A beside w_i ȳ_i ū / s_b, i.e. its contribution in units of t
 Aggregator (`ScatterNoiseFactory`, a `tff.aggregators` factory on fedmf's DP machinery): clips each
 client's rows jointly to √2 (`fedmf.tff.clipping`, the bound the accounting assumes, enforced even
 for a client that does not follow the protocol), scatter-adds them into the dense item statistics
-(`tff.federated_aggregate`) and adds the Gaussian noise σ·N (`fedmf.tff.aggregators.noised_mean`).
+(`tff.federated_aggregate`) and adds the Gaussian noise σ·N (`fedmf.tff.dp_mean.noised_mean`).
 Server: receives Â, b̂ (in sensitivity units), rescales them, and runs the same ItemUpdate as
 the centralized AM-SSP (`algorithms.train` with `releaser()`).
 
@@ -83,7 +83,7 @@ class ScatterNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(total_type, tff.TensorType(np.float64), tff.TensorType(np.int32))
     def start(unit_noise, scale, calls):
-      # The DP sum's arithmetic (fedmf.tff.aggregators.noised_mean): (0 + scale·z) / 1.
+      # The DP sum's arithmetic (fedmf.tff.dp_mean.noised_mean): (0 + scale·z) / 1.
       (total,) = dp_mean.noised_mean([tf.zeros_like(unit_noise)], [unit_noise], scale, 1.0)
       return collections.OrderedDict(total=total, calls_left=calls)
 
