@@ -5,7 +5,8 @@ mean, the DP bias model at the same ε).
 
 Each cell is one `fedmf public-features --tune` run (the commands are printed and kept in
 OUT/commands.sh; each run's directory is OUT/METHOD-eps-E, its progress log OUT/METHOD-eps-E.log).
-A run whose directory already holds a finished summary is not run again (delete it to redo).
+A run whose directory already holds a finished summary is not run again (delete it to redo);
+`--no-run` only tabulates what OUT holds.
 
   nice -n 19 .venv/bin/python benchmarks/public_features_table.py \\
       --config simulations/configs/public-features-ml100k.yaml --data-dir /work/data/ml-100k \\
@@ -40,6 +41,8 @@ def command(args, method: str, epsilon: str) -> list[str]:
 
 
 def cell(summary: dict, key: str) -> str:
+  if not summary:
+    return "not run"
   mean, std = summary.get(key), summary.get(f"{key}_std")
   if mean is None or not math.isfinite(mean):
     return "diverged"
@@ -56,6 +59,9 @@ def main(argv=None) -> int:
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--metric", default="test_rmse")
   parser.add_argument("--max-seconds", type=float, default=36000.0, help="per run (estimated)")
+  parser.add_argument(
+    "--no-run", action="store_true", help="only tabulate the finished runs in OUT (others: not run)"
+  )
   args = parser.parse_args(argv)
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +72,7 @@ def main(argv=None) -> int:
       argv_run = command(args, method, epsilon)
       commands.append(shlex.join(argv_run))
       run_dir = Path(argv_run[-1])
-      if (run_dir / "summary.json").is_file():
+      if (run_dir / "summary.json").is_file() or args.no_run:
         continue
       print(f"running: {commands[-1]}", file=sys.stderr, flush=True)
       with open(out / f"{method}-eps-{epsilon}.log", "w") as log:

@@ -30,6 +30,10 @@ def test_the_results_table_runs_the_cli_and_tabulates(tmp_path, capsys):
   assert "| dp-bias | " in text and "per-item mean (non-private)" in text and "±" in text
   assert "diverged" not in text
   assert (out / "commands.sh").read_text().count("--tune") == 2
+  # --no-run tabulates what OUT holds: a method never run is "not run", and is not run now.
+  assert table.main([*args, "--methods", "dp-bias,am-ssp", "--seeds", "2", "--no-run"]) == 0
+  text = (out / "results.md").read_text()
+  assert "| am-ssp | not run | not run |" in text and not (out / "am-ssp-eps-5").exists()
   capsys.readouterr()
 
 
