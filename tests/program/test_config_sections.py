@@ -138,6 +138,16 @@ def test_errors_name_the_key_as_written(tmp_path, text, overrides, message):
   assert "\n" not in str(e.value)
 
 
+def test_config_json_order_is_the_legacy_one_then_new_keys_in_section_order(monkeypatch):
+  from fedmf.program import config as config_lib  # pylint: disable=import-outside-toplevel
+
+  assert list(config_lib.FLAT_ORDER) == CONFIG_JSON_KEYS
+  # A key added to a section later comes after the legacy keys, with no list to extend by hand.
+  extra = {**config_lib.FLAT_KEYS, "new_key": ("recipe", "new_key")}
+  monkeypatch.setattr(config_lib, "FLAT_KEYS", extra)
+  assert list(config_lib._flat_order()) == [*CONFIG_JSON_KEYS, "new_key"]  # noqa: SLF001
+
+
 def test_config_json_stays_flat_and_round_trips(tmp_path):
   c = _load(tmp_path, BY_CONCERN, ["noise_seed=7"])
   written = json.loads(json.dumps(c.to_dict()))
