@@ -12,21 +12,18 @@ Every key also has a flat name, the one the docs and `--set` use (`clip_norm`, n
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import typing
 from typing import Any, Optional, Sequence
 
+from fedmf.config_parse import ConfigError
+from fedmf.config_parse import shown
 from fedmf.errors import FedmfUserError
 from fedmf.privacy.adaptive_clip import AdaptiveClip
 
 TASKS = ("synthetic", "stackoverflow")
 MODELS = ("lstm-small", "lstm-paper")
 MECHANISMS = ("dpsgd", "tree", "bandmf", "blt")
-
-
-class ConfigError(FedmfUserError):
-  """A configuration that does not validate (one line naming the key)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,18 +324,6 @@ class PlatformConfig:
 
 # ---------------------------------------------------------------------------------------------
 # Checks shared by the sections: one-line errors that show the value as the user wrote it.
-
-
-def shown(value: Any) -> str:
-  """A config value as the user wrote it in YAML: null, true, [1, 2] (never Python's None)."""
-  if value is None or isinstance(value, (bool, list, tuple, dict)):
-    try:
-      text = json.dumps(value)
-    except (TypeError, ValueError, RecursionError):
-      text = repr(value)
-  else:
-    text = repr(value)
-  return text if len(text) <= 60 else text[:57] + "..."
 
 
 def choice(key: str, value: Any, choices: Sequence[str]) -> None:

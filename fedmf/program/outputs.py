@@ -124,6 +124,7 @@ _RUN_ENTRIES = (
   "release",
   "state",
   "journal.csv",
+  "tuning.csv",  # fedmf public-features --tune
 )
 
 

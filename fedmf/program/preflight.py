@@ -19,7 +19,8 @@ from fedmf.mf import resources
 from fedmf.mf import strategies
 from fedmf.participation import ParticipationError, schedules
 from fedmf.program import plan as plan_lib
-from fedmf.program.config import ConfigError, TrainingConfig
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import TrainingConfig
 from fedmf.tasks import model_sizes
 
 # Clients per TFF call: bounds the worker's memory (~54 MB per client of the 4M-parameter LSTM).

@@ -40,7 +40,8 @@ from fedmf.program import plan as plan_lib
 from fedmf.program import platform
 from fedmf.program import preflight
 from fedmf.program import server as server_lib
-from fedmf.program.config import ConfigError, TrainingConfig
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import TrainingConfig
 from fedmf.program.meter import PrivacyMeter
 from fedmf.tff import dp_mean
 from fedmf.tff import host_noise

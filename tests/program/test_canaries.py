@@ -15,6 +15,7 @@ import pytest
 
 from fedmf.cli import main as cli_main
 from fedmf.program import run_manifest
+from tests.helpers import settings
 
 TINY = [
   "task=synthetic",
@@ -43,7 +44,7 @@ def cache_dir(tmp_path_factory):
 
 def _simulate(out, extra):
   args = ["simulate", "--out", str(out), "--no-progress"]
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   assert cli_main.main(args) == 0
 
@@ -165,7 +166,7 @@ def test_bad_canary_configs_are_refused_before_work(tmp_path, capsys):
     (["canaries.count=5", "canaries.held_out=1"], "canaries.held_out must be"),
   ):
     args = ["simulate", "--out", str(tmp_path / "x"), "--no-progress"]
-    for item in TINY + extra:
+    for item in settings(TINY, extra):
       args += ["--set", item]
     assert cli_main.main(args) == 2
     err = capsys.readouterr().err
@@ -182,7 +183,7 @@ def test_train_resumes_canaries_exactly(tmp_path):
 
   def command(root, extra):
     args = ["train", "--root", str(root), "--no-progress"]
-    for item in [*TINY, "rounds=8", "checkpoint_every=3", *extra]:
+    for item in settings(TINY, ["rounds=8", "checkpoint_every=3", *extra]):
       args += ["--set", item]
     return [sys.executable, "-m", "fedmf.cli.main", *args]
 
