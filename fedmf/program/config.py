@@ -316,7 +316,7 @@ LEGACY_ORDER = (
   *("task", "num_clients", "model", "vocab_size", "sequence_length", "max_sentences_per_client"),
   *("batch_size", "test_sentences", "data_dir", "rounds", "clients_per_round", "mechanism"),
   *("bands", "buffers", "strategy", "force_strategy", "target_epsilon", "noise_multiplier"),
-  *("delta", "reference_clients_per_round", "clip_norm", "adaptive_clip", "client_learning_rate"),
+  *("delta", "reference_clients_per_round", "clip_norm", "client_learning_rate"),
   *("server_learning_rate", "server_momentum", "warmup_fraction", "cooldown_fraction"),
   *("cooldown_factor", "zeroing_linf", "eval_every", "seed", "noise_seed", "participation"),
   *("checkpoint_every", "budget", "workers", "worker_tls", "worker_timeout_s"),

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from fedmf.cli import main as cli_main
+from tests.helpers import settings
 from tests import netns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ def setting(tmp_path_factory):
 
 def _train(root: Path, extra: list[str], capsys) -> tuple[int, str]:
   args = ["train", "--root", str(root), "--no-progress"]
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   code = cli_main.main(args)
   return code, capsys.readouterr().err

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedmf.cli import main as cli_main
+from tests.helpers import settings
 from tests.deploy.workers_helpers import running_worker
 
 TINY = [
@@ -30,7 +31,7 @@ TINY = [
 
 def _train(root: Path, extra: list[str], capsys) -> None:
   args = ["train", "--root", str(root), "--no-progress"]
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   assert cli_main.main(args) == 0, capsys.readouterr().err[-3000:]
 

@@ -20,6 +20,7 @@ from fedmf.privacy import accounting
 from fedmf.privacy import audit
 from fedmf.program import config as config_lib
 from fedmf.program import outputs
+from tests.helpers import settings
 
 TINY = [
   "task=synthetic",
@@ -49,7 +50,7 @@ def cache_dir(tmp_path_factory):
 def _args(command, root, extra):
   flag = "--out" if command == "simulate" else "--root"
   args = [command, flag, str(root), "--no-progress"]
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   return args
 

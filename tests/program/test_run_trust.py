@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fedmf.cli import main as cli_main
+from tests.helpers import settings
 
 TINY = [
   "task=synthetic",
@@ -38,7 +39,7 @@ def cache_dir(tmp_path_factory):
 
 def _sets(extra):
   args = []
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   return args
 

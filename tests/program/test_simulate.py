@@ -113,7 +113,7 @@ def test_simulation_writes_the_contract_outputs_and_audits_itself(tmp_path, caps
 def test_a_run_without_dp_says_so_everywhere(tmp_path, capsys, cache_dir):
   out = tmp_path / "no-dp"
   args = ["simulate", "--out", str(out)]  # With progress: stderr is not a terminal here.
-  for item in TINY + ["noise_multiplier=0"]:
+  for item in settings(TINY, ["noise_multiplier=0"]):
     args += ["--set", item]
   assert cli_main.main(args) == 0
   captured = capsys.readouterr()

@@ -18,6 +18,7 @@ from fedmf.cli import main as cli_main
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import accounting
 from fedmf.program.train import JOURNAL as JOURNAL_NAME
+from tests.helpers import settings
 
 TINY = [
   "num_clients=60",
@@ -34,7 +35,7 @@ TINY = [
 
 def _args(root, extra):
   args = ["train", "--root", str(root), "--no-progress"]
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   return args
 
