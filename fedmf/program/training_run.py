@@ -264,7 +264,7 @@ def build_run(
     schema=schema,
     strategy=strategy,
     num_clients=task.num_clients,
-    poisson_groups=poisson_groups(config),
+    poisson_groups=preflight.poisson_groups(config),
   )
   run = TrainingRun(
     config=config,
