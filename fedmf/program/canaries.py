@@ -243,9 +243,9 @@ def build(config, *, shapes, schema, strategy, num_clients: int, poisson_groups=
   if not c.enabled:
     return None
   if seed is None:
-    from fedmf.program import server  # pylint: disable=g-import-not-at-top
+    from fedmf.tff import dp_mean  # pylint: disable=g-import-not-at-top
 
-    seed = c.seed if c.seed is not None else server.draw_seed()
+    seed = c.seed if c.seed is not None else dp_mean.draw_noise_seed()
   m = c.count + c.held_out
   worst = iterator = None
   if c.pattern == "worst-case":
