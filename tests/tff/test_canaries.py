@@ -123,7 +123,9 @@ def test_every_mechanism_measures_its_pattern(tff_context, mechanism):
 
 
 def _example():
-  spec = importlib.util.spec_from_file_location('canary_example', ROOT / 'deploy' / 'canary_example.py')
+  spec = importlib.util.spec_from_file_location(
+    'canary_example', ROOT / 'deploy' / 'canary_example.py'
+  )
   example = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(example)
   return example
