@@ -107,8 +107,16 @@ def test_audit_reports_measured_privacy_with_the_contract_keys(runs, capsys):
   assert (out / "canary_statistics.png").stat().st_size > 0
   assert cli_main.main(["audit", str(out)]) == 0
   assert "measured privacy:" in capsys.readouterr().out
-  assert cli_main.main(["audit", str(runs / "plain")]) == 0
-  assert "measured privacy" not in capsys.readouterr().out
+  # A run without canaries: nothing new in the audit's text, JSON or report.
+  plain = runs / "plain"
+  assert cli_main.main(["audit", str(plain)]) == 0
+  text = capsys.readouterr().out.lower()
+  assert "measured privacy" not in text and "canar" not in text
+  assert cli_main.main(["audit", str(plain), "--json", "--strict"]) == 0
+  assert "empirical" not in json.loads(capsys.readouterr().out)
+  for name in ("report.html", "report.md"):
+    assert "canar" not in (plain / name).read_text().lower()
+  assert not (plain / "canary_statistics.png").exists()
 
 
 def test_strict_fails_when_a_lower_bound_exceeds_the_analytic_epsilon(runs, tmp_path, capsys):
