@@ -191,8 +191,11 @@ class Progress:
     parts = [f"{self.label}: {self._done_text()}" if self.label else self._done_text()]
     if self._stage is not None:
       parts.append(f"({self._stage}: {display.duration(now - self._stage_start)})")
-    elif now - self._recent[-1][1] >= self.seconds and self.done < (self.total or float("inf")):
-      # A step running for a while: say so, so a line without progress is not read as a hang.
+    elif now - self._recent[-1][1] >= max(self.seconds, 1e-9) and self.done < (
+      self.total or float("inf")
+    ):
+      # A step running for a while: say so, so a line without progress is not read as a hang (not on
+      # the line a finished step prints, whose time is the last step's).
       running = display.duration(now - self._recent[-1][1])
       what = "no new bytes" if self.byte_sizes else f"{self.unit} {self.done} running"
       parts.append(f"({what} for {running})")

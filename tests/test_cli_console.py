@@ -38,6 +38,7 @@ FEDMF_LINE_STARTS = (
   "trained ",
   "  ",
   "round ",
+  "rounds ",  # the progress lines off a terminal (issue 38 item 1)
 )
 
 
