@@ -6,6 +6,9 @@ This is the deployment pattern (mission 3): the aggregator is a plain
 unweighted directly or weighted through `tff.aggregators.as_weighted_aggregator`.
 
   python deploy/fedavg_example.py --strategy out/demo/strategy.json --rounds 5 --noise-multiplier 1.0 --weighted
+
+With --recipe, the production recipe (Gboard's DP-FTRL, docs/aggregators.md): adaptive clipping to
+the median update norm (Andrew et al. 2021) and TFF's SecureSumFactory under the DP aggregator.
 """
 
 from __future__ import annotations
@@ -22,17 +25,27 @@ def build_process(
   clients_per_round: int,
   weighted: bool,
   num_rounds: int,
+  recipe: bool = False,
 ):
-  """tff.learning FedAvg whose model-update mean is fedmf's DP aggregator."""
+  """tff.learning FedAvg whose model-update mean is fedmf's DP aggregator; with `recipe`, an
+  adaptive clip and secure summation of the clipped records."""
   import tensorflow_federated as tff
+  from fedmf.privacy.adaptive_clip import AdaptiveClip
   from fedmf.tff import build_dp_aggregator
 
+  extra = {}
+  if recipe:
+    extra["record_aggregation_factory"] = tff.aggregators.SecureSumFactory(
+      upper_bound_threshold=1.0, lower_bound_threshold=-1.0
+    )
   aggregator = build_dp_aggregator(
     strategy,
     noise_multiplier=noise_multiplier,
-    clip_norm=1.0,
+    # ζ: fixed, or adaptive (its count noise: Andrew et al.'s clients_per_round / 10).
+    clip_norm=AdaptiveClip(target_quantile=0.5, initial=0.1) if recipe else 1.0,
     clients_per_round=clients_per_round,
     num_rounds=num_rounds,
+    **extra,
   )
   optimizers = dict(
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
@@ -58,6 +71,11 @@ def main(argv=None) -> int:
   parser.add_argument(
     "--weighted", action="store_true", help="weighted FedAvg via as_weighted_aggregator"
   )
+  parser.add_argument(
+    "--recipe",
+    action="store_true",
+    help="adaptive clipping and TFF's SecureSumFactory (docs/aggregators.md)",
+  )
   args = parser.parse_args(argv)
 
   from fedmf.tasks.synthetic import SyntheticTask
@@ -82,6 +100,7 @@ def main(argv=None) -> int:
       clients_per_round=args.clients_per_round,
       weighted=args.weighted,
       num_rounds=args.rounds,
+      recipe=args.recipe,
     )
     state = process.initialize()
     for r in range(args.rounds):
@@ -91,10 +110,14 @@ def main(argv=None) -> int:
       output = process.next(state, [task.client_dataset(i) for i in cohort])
       state = output.state
       aggregator = output.metrics["aggregator"]
+      aggregator = aggregator.get("dp", aggregator)  # (under a record aggregation factory)
+      clip = (
+        f", clip norm {float(aggregator['clip_norm']):.4g}" if "clip_norm" in aggregator else ""
+      )
       print(
         f"round {r}: train loss {float(output.metrics['client_work']['train']['loss']):.4f}, "
         f"noise std on the mean {float(aggregator['noise_stddev']):.4g}, "
-        f"clipped {int(aggregator['clipped_count'])}"
+        f"clipped {int(aggregator['clipped_count'])}{clip}"
       )
   return 0
 

@@ -44,6 +44,14 @@ def one_line_error(
   return lines[0]
 
 
+def settings(base: Iterable[str], extra: Iterable[str]) -> list[str]:
+  """`--set` items: `base` with the keys of `extra` replaced by `extra`'s (the command line refuses
+  a key given twice), keys compared as written."""
+  extra = list(extra)
+  keys = {item.partition("=")[0] for item in extra}
+  return [item for item in base if item.partition("=")[0] not in keys] + extra
+
+
 def rounds_by_client(cohorts: Iterable) -> dict[int, list[int]]:
   """{client: the rounds it joined, in order} of cohorts (objects with .round and .clients)."""
   seen: dict[int, list[int]] = {}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fedmf import display
 from fedmf.cli import main as cli_main
 from fedmf.mf import strategies
 from fedmf.privacy import audit, log_statistics, participation_log
@@ -195,9 +196,11 @@ def test_a_violating_log_states_the_realized_guarantee_never_the_declared(tmp_pa
   assert realized > declared  # c0's early return costs privacy: never under-counted
   statement = got["statement"]
   assert statement.startswith("The log VIOLATES the declared schema")
-  assert f"({realized:.4g}, 1e-06)-DP" in statement
-  assert f"declared epsilon {declared:.4g} does NOT hold" in statement
-  assert f"({declared:.4g}," not in statement  # the declared ε is never stated as a guarantee
+  assert f"({display.epsilon(realized)}, 1e-06)-DP" in statement  # (rounded up)
+  assert f"declared epsilon {display.epsilon(declared)} does NOT hold" in statement
+  assert (
+    f"({display.epsilon(declared)}," not in statement
+  )  # the declared ε is never stated as a guarantee
   assert "min-separation b = 1" in statement  # the realized schema
   # The text summary and the report say the same, in the same words.
   code, out, _ = _run(capsys, run, "--report", tmp_path / "rep")

@@ -336,7 +336,9 @@ def record(dest: Path, source: Path) -> None:
     )
 
     def sets(items):
-      return [arg for item in items for arg in ("--set", item)]
+      # A later item replaces an earlier one of the same key (a key given twice is refused).
+      latest = {item.partition("=")[0]: item for item in items}
+      return [arg for item in latest.values() for arg in ("--set", item)]
 
     for name, extra in (("timer", []), ("cyclic", CYCLIC)):
       out = work / f"sim-{name}"

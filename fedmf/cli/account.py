@@ -37,6 +37,24 @@ def add_parser(subparsers: Any) -> None:
   parser.add_argument(
     "--delta", type=common.probability, required=True, metavar="DELTA", help="delta in (0, 1)"
   )
+  adaptive = parser.add_argument_group(
+    "adaptive clipping",
+    "the noisy counts of clip_norm: adaptive (Andrew et al. 2021; docs/mechanisms.md): a device in "
+    "k rounds is in k count releases, composed with the strategy (mu^2 = (s/sigma)^2 + k/z_b^2)",
+  )
+  counts = adaptive.add_mutually_exclusive_group()
+  counts.add_argument(
+    "--count-noise-multiplier",
+    type=common.positive_float,
+    metavar="Z_B",
+    help="z_b: the count's noise std divided by 1/2 (Andrew et al.'s sigma_b = m/20 is m/10)",
+  )
+  counts.add_argument(
+    "--count-budget-fraction",
+    type=float,
+    metavar="F",
+    help="with --target-epsilon: spend the fraction F in (0, 1) of rho on the counts (z_b follows)",
+  )
   common.add_method_args(
     parser,
     accountant_help="analytic: the exact Gaussian curve of the claim (Balle & Wang 2018, Thm. 8); "
@@ -73,6 +91,17 @@ def run(args: argparse.Namespace) -> int:
 
   strategy = load_strategy(args.strategy)
   schema = ParticipationSchema(args.n, args.min_sep, args.max_participations)
+  counts = {}
+  if args.count_noise_multiplier is not None:
+    counts["count_noise_multiplier"] = args.count_noise_multiplier
+  if args.count_budget_fraction is not None:
+    if args.target_epsilon is None:
+      raise FedmfUserError("--count-budget-fraction needs --target-epsilon (it splits the target)")
+    if not 0 < args.count_budget_fraction < 1:
+      raise FedmfUserError(
+        f"--count-budget-fraction must lie in (0, 1), got {args.count_budget_fraction:g}"
+      )
+    counts["count_budget_fraction"] = args.count_budget_fraction
   # σ calibrated to the target ε, or ε of the given σ: the same arguments either way.
   if args.target_epsilon is not None:
     accountant, value = accounting.calibrate_noise_multiplier, args.target_epsilon
@@ -85,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     args.delta,
     method=args.sensitivity,
     accountant=args.accountant or accounting.CLAIM_ACCOUNTANT,
+    **counts,
   )
   fields = {"min_sep": args.min_sep, "max_participations": args.max_participations}
   if _print_head(args, strategy, {**fields, **result.to_dict()}, schema.describe()):
@@ -95,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
   )
   label = "noise_multiplier (calibrated)" if args.target_epsilon is not None else "noise_multiplier"
   print(f"{label}: {result.noise_multiplier:.6g}")
+  if result.adaptive:
+    print(
+      f"adaptive clipping: {result.count_releases} count releases per device at count noise "
+      f"multiplier {result.count_noise_multiplier:.6g} (composed in)"
+    )
   print(f"rho (zCDP): {result.rho:.6g}")
   print(f"epsilon: {result.epsilon:.6g} at delta = {result.delta:g} ({result.accountant})")
   if result.epsilon == 0:
@@ -123,6 +158,11 @@ def _print_head(args, strategy, fields: dict, participation: str) -> bool:
 
 
 def _run_amplified(args: argparse.Namespace) -> int:
+  if args.count_noise_multiplier is not None or args.count_budget_fraction is not None:
+    raise FedmfUserError(
+      "adaptive clipping's count releases are not accounted with amplification: drop "
+      "--dataset-size/--batch-size or the count flags"
+    )
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import accounting  # pylint: disable=g-import-not-at-top
   from fedmf.privacy import amplification  # pylint: disable=g-import-not-at-top

@@ -98,6 +98,14 @@ def add_parser(subparsers: Any) -> None:
     metavar="K",
     help="declared k: maximum participations of a client (default: the run's declared schema)",
   )
+  parser.add_argument(
+    "--count-noise-multiplier",
+    type=common.non_negative_float,
+    metavar="Z_B",
+    help="adaptive clipping's count noise multiplier z_b (clip_norm: adaptive; docs/mechanisms.md): "
+    "every claim composes the matrix mechanism with the k noisy counts a device of the log is in. "
+    "Default: the run's plan.json (none for a fixed clip); for a log file, none unless given",
+  )
   common.add_method_args(
     parser,
     accountant_help="analytic: the exact epsilon of the Gaussian mechanism each claim is (Balle & "
@@ -167,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
     rounds=args.rounds,
     min_sep=args.min_sep,
     max_participations=args.max_participations,
+    count_noise_multiplier=args.count_noise_multiplier,
   )
   progress = not args.no_progress  # A bar on a terminal; elsewhere a line every 30 s of reading.
   run_dir_path = args.source if os.path.isdir(args.source) else None

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedmf.cli import common
+from fedmf import config_parse
 from fedmf import display
 from fedmf import quiet
+from fedmf.cli import common
 from fedmf.errors import FedmfUserError
 
 DESCRIPTION = """\
@@ -60,6 +61,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     dest="overrides",
     action="append",
     default=[],
+    type=config_parse.override_argument,
     metavar="KEY=VALUE",
     help="override a config key by its flat name or section.key, e.g. --set rounds=50 "
     "--set privacy.delta=1e-8 --set participation.min_sep=20 (repeatable; docs/simulation.md)",

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 from scipy import special
@@ -36,6 +36,7 @@ from scipy import special
 from fedmf.errors import FedmfUserError
 from fedmf.mf import resources
 from fedmf.mf.schema import ParticipationSchema
+from fedmf.privacy import adaptive_clip
 from fedmf.privacy import events
 from fedmf.privacy.events import validate_noise_multiplier
 
@@ -83,6 +84,9 @@ class GaussianAccounting:
     epsilon: ε at ``delta``.
     delta: δ.
     accountant: 'pld' (dp_accounting PLD, pessimistic) or 'analytic' (exact Gaussian curve).
+    count_noise_multiplier: z_b of adaptive clipping's count releases (None: a fixed clip), which
+      compose with the matrix mechanism (`fedmf.privacy.adaptive_clip`): ρ and ε include them.
+    count_releases: k, the count releases of the most-participating device (0: a fixed clip).
   """
 
   sensitivity: float
@@ -93,11 +97,28 @@ class GaussianAccounting:
   epsilon: float
   delta: float
   accountant: str
+  count_noise_multiplier: Optional[float] = None
+  count_releases: int = 0
+
+  @property
+  def mu(self) -> float:
+    """μ of the one Gaussian mechanism the claim is: √((s/σ)² + k/z_b²) (s/σ for a fixed clip)."""
+    mechanism = self.sensitivity / self.noise_multiplier if self.noise_multiplier > 0 else math.inf
+    return adaptive_clip.combined_mu(mechanism, self.count_noise_multiplier, self.count_releases)
 
   @property
   def effective_noise_multiplier(self) -> float:
-    """σ / s: the noise multiplier of the equivalent single Gaussian mechanism."""
-    return self.noise_multiplier / self.sensitivity if self.sensitivity > 0 else math.inf
+    """1/μ: the noise multiplier of the equivalent single Gaussian mechanism (σ / s without
+    adaptive clipping's counts)."""
+    if self.count_noise_multiplier is None:
+      return self.noise_multiplier / self.sensitivity if self.sensitivity > 0 else math.inf
+    mu = self.mu
+    return 1.0 / mu if mu > 0 else math.inf
+
+  @property
+  def adaptive(self) -> bool:
+    """The claim includes adaptive clipping's count releases."""
+    return self.count_noise_multiplier is not None
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -316,8 +337,12 @@ def account_sensitivity(
   sensitivity_method: str = "exact",
   sensitivity_algorithm: str = "",
   accountant: Accountant = CLAIM_ACCOUNTANT,
+  count_noise_multiplier: Optional[float] = None,
+  count_releases: int = 0,
 ) -> GaussianAccounting:
-  """ρ and ε of a Gaussian mechanism with a known (unsquared) sensitivity."""
+  """ρ and ε of a Gaussian mechanism with a known (unsquared) sensitivity, composed with adaptive
+  clipping's `count_releases` count releases of noise multiplier `count_noise_multiplier` (when
+  given): one Gaussian mechanism with μ² = (s/σ)² + k/z_b² (`fedmf.privacy.adaptive_clip`)."""
   sigma = validate_noise_multiplier(noise_multiplier)
   delta = validate_delta(delta)
   s = float(sensitivity)
@@ -326,21 +351,39 @@ def account_sensitivity(
   with np.errstate(over="ignore"):
     mu = float(np.float64(s) / np.float64(sigma))
   _check_mu(mu, f"noise multiplier {sigma:g} is too small for sensitivity {s:.6g}")
+  rho = float(rho_zcdp(s, sigma))
+  releases = int(count_releases) if count_noise_multiplier is not None else 0
+  if count_noise_multiplier is not None:
+    z = float(count_noise_multiplier)
+    if not (math.isfinite(z) and z >= 0):
+      raise FedmfUserError(f"count noise multiplier must be a finite number >= 0, got {z!r}")
+    mu = adaptive_clip.combined_mu(mu, z, releases)
+    _check_mu(mu, f"count noise multiplier {z:g} is too small for {releases} count releases")
+    rho = mu * mu / 2.0
   eps = gaussian_epsilon_with(mu, delta, accountant) if mu > 0 else 0.0
   return GaussianAccounting(
     sensitivity=s,
     sensitivity_method=sensitivity_method,
     sensitivity_algorithm=sensitivity_algorithm,
     noise_multiplier=sigma,
-    rho=float(rho_zcdp(s, sigma)),
+    rho=rho,
     epsilon=eps,
     delta=delta,
     accountant=accountant,
+    count_noise_multiplier=None
+    if count_noise_multiplier is None
+    else float(count_noise_multiplier),
+    count_releases=releases,
   )
 
 
 def account_estimate(
-  sens, sigma: float, delta: float, accountant: Accountant = CLAIM_ACCOUNTANT
+  sens,
+  sigma: float,
+  delta: float,
+  accountant: Accountant = CLAIM_ACCOUNTANT,
+  count_noise_multiplier: Optional[float] = None,
+  count_releases: int = 0,
 ) -> GaussianAccounting:
   """`account_sensitivity` of a sensitivity estimate (value, method and algorithm carried over)."""
   return account_sensitivity(
@@ -350,6 +393,8 @@ def account_estimate(
     sensitivity_method=sens.method,
     sensitivity_algorithm=sens.algorithm,
     accountant=accountant,
+    count_noise_multiplier=count_noise_multiplier,
+    count_releases=count_releases,
   )
 
 
@@ -361,6 +406,7 @@ def account(
   *,
   method: str = "auto",
   accountant: Accountant = CLAIM_ACCOUNTANT,
+  count_noise_multiplier: Optional[float] = None,
 ) -> GaussianAccounting:
   """Sensitivity, ρ-zCDP and (ε, δ) of a strategy under a participation schema.
 
@@ -373,11 +419,15 @@ def account(
     accountant: 'analytic' (default): the exact ε of the single Gaussian mechanism the claim is
       (Balle & Wang 2018, Thm. 8); 'pld': dp_accounting's PLD (as BLT Table 4), pessimistic by its
       discretization, as a cross-check.
+    count_noise_multiplier: z_b of adaptive clipping (None: a fixed clip); a device in k rounds
+      (the schema's effective k) is in k count releases, composed with the matrix mechanism.
   """
   sigma = validate_noise_multiplier(noise_multiplier)
   delta = validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
-  return account_estimate(sens, sigma, delta, accountant)
+  return account_estimate(
+    sens, sigma, delta, accountant, count_noise_multiplier, schema.effective_max_participations
+  )
 
 
 def calibrate_sigma(
@@ -467,6 +517,46 @@ def calibrate_from_exact(
   return calibrate_sigma(epsilon_of, target_epsilon, sigma, rtol=rtol, step=1.0 + 1e-3)
 
 
+def adaptive_epsilon_function(
+  sens,
+  delta: float,
+  accountant: Accountant,
+  releases: int,
+  count_noise_multiplier: Optional[float] = None,
+  count_budget_fraction: Optional[float] = None,
+) -> Callable[[float], GaussianAccounting]:
+  """σ -> the accounting of the matrix mechanism with sensitivity estimate `sens` at σ, composed
+  with adaptive clipping's k = `releases` count releases: of a fixed noise multiplier z_b, or of
+  the z_b that spends the fraction f of μ² on the counts (z_b then follows σ). Without either, the
+  fixed-clip accounting. Its `.epsilon` is the `epsilon_of(σ)` that `calibrate_sigma` inverts
+  (decreasing in σ)."""
+
+  def accounting_of(sigma: float) -> GaussianAccounting:
+    z = count_noise_multiplier
+    if count_budget_fraction is not None:
+      z = adaptive_clip.count_noise_for_fraction(
+        sens.value / sigma, releases, count_budget_fraction
+      )
+    return account_estimate(sens, sigma, delta, accountant, z, releases)
+
+  return accounting_of
+
+
+def _exact_sigma(sens, mu: float, releases: int, z: Optional[float], fraction: Optional[float]):
+  """σ whose exact-curve μ is the target's μ: μ_mm = s/σ with μ_mm² = μ² − k/z_b² for a fixed z_b,
+  (1 − f)·μ² for a budget fraction f, μ² without counts."""
+  if fraction is not None:
+    return sens.value / (mu * math.sqrt(1.0 - fraction))
+  count = adaptive_clip.count_mu(z, releases)
+  if count >= mu:
+    raise FedmfUserError(
+      f"adaptive clipping's {releases} count releases at count noise multiplier {z:g} alone "
+      f"exceed the target (their mu {count:.4g} >= the target's {mu:.4g}): raise "
+      "adaptive_clip.count_noise_multiplier or use adaptive_clip.count_budget_fraction"
+    )
+  return sens.value / math.sqrt(mu * mu - count * count)
+
+
 def calibrate_noise_multiplier(
   strategy: Any,
   schema: ParticipationSchema,
@@ -475,6 +565,8 @@ def calibrate_noise_multiplier(
   *,
   method: str = "auto",
   accountant: Accountant = CLAIM_ACCOUNTANT,
+  count_noise_multiplier: Optional[float] = None,
+  count_budget_fraction: Optional[float] = None,
 ) -> GaussianAccounting:
   """The smallest σ giving ε ≤ target at δ for the claim (strategy, schema); returns its accounting.
 
@@ -482,25 +574,44 @@ def calibrate_noise_multiplier(
   accountant); for PLD (pessimistic by about its discretization) `calibrate_from_exact` then raises
   σ to within 1e-4 of the least σ whose PLD ε reaches the target, each grid estimated against the
   limits first, and all of them together too.
+
+  With adaptive clipping (`count_noise_multiplier` z_b, or `count_budget_fraction` f) the count
+  releases of the schema's k participations are composed in (`adaptive_epsilon_function`): σ
+  leaves the target's μ² minus the counts' k/z_b², or (1 − f) of it; the returned accounting holds
+  the z_b used.
   """
   target_epsilon = validate_epsilon(target_epsilon)
   delta = validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
+  releases = schema.effective_max_participations
   mu = gaussian_mu_for_epsilon(target_epsilon, delta)
   _check_mu(mu, f"target epsilon {target_epsilon:g} is too large to calibrate")
+  accounting_of = adaptive_epsilon_function(
+    sens, delta, accountant, releases, count_noise_multiplier, count_budget_fraction
+  )
   grids = [0]
 
   def epsilon_of(sigma: float) -> float:
     grids[0] += 1
     if accountant == "pld" and sens.value > 0 and grids[0] > 1:  # Grids' time adds up.
+      z = count_noise_multiplier
+      if count_budget_fraction is not None:
+        z = adaptive_clip.count_noise_for_fraction(
+          sens.value / sigma, releases, count_budget_fraction
+        )
+      mu_sigma = adaptive_clip.combined_mu(sens.value / sigma, z, releases)
       resources.check(
-        resources.Cost(pld_gaussian_cost(sens.value / sigma).steps * grids[0]),
+        resources.Cost(pld_gaussian_cost(mu_sigma).steps * grids[0]),
         f"calibrating σ with the PLD accountant ({grids[0]} grids so far)",
       )
-    return account_estimate(sens, sigma, delta, accountant).epsilon
+    return accounting_of(sigma).epsilon
 
-  sigma = calibrate_from_exact(epsilon_of, target_epsilon, sens.value / mu)
-  result = account_estimate(sens, sigma, delta, accountant)
+  if count_noise_multiplier is None and count_budget_fraction is None:
+    exact = sens.value / mu
+  else:
+    exact = _exact_sigma(sens, mu, releases, count_noise_multiplier, count_budget_fraction)
+  sigma = calibrate_from_exact(epsilon_of, target_epsilon, exact)
+  result = accounting_of(sigma)
   if result.epsilon <= target_epsilon:
     return result
   # Never report an uncalibrated σ as calibrated.

@@ -24,7 +24,10 @@ evaluated once per distinct (rounds, b, k), shared by the claims and the per-rou
 
 Each claim is a single Gaussian mechanism (μ = s/σ, no amplification), so its ε is by default the
 exact analytic Gaussian curve's (Balle & Wang 2018, Thm. 8), the same as the per-round ε curve's;
-dp_accounting's PLD (``accountant='pld'``) is a cross-check and is imported only then.
+dp_accounting's PLD (``accountant='pld'``) is a cross-check and is imported only then. A run with
+adaptive clipping (``count_noise_multiplier`` z_b) also released one noisy count per round: a
+device in k rounds of the log is in k of them, composed in as μ² = (s/σ)² + k/z_b²
+(``fedmf.privacy.adaptive_clip``), in every claim and the curve.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any, Optional
 import numpy as np
 
 from fedmf.privacy import accounting
+from fedmf.privacy import adaptive_clip
 from fedmf.privacy import curve as curve_lib
 from fedmf.privacy import participation_log
 from fedmf.privacy import partition_audit
@@ -104,8 +108,11 @@ def _account(
   accountant: accounting.Accountant,
   label: str,
   warnings: list[str],
+  count_noise_multiplier: Optional[float] = None,
+  releases: int = 0,
 ) -> accounting.GaussianAccounting:
-  """ρ and ε of a claim with known sensitivity; the analytic curve when PLD would not fit.
+  """ρ and ε of a claim with known sensitivity (and adaptive clipping's `releases` count releases
+  per device when `count_noise_multiplier` is given); the analytic curve when PLD would not fit.
 
   σ = 0 (trained without DP) has no guarantee: ρ = ε = inf, accountant 'none'.
   """
@@ -119,17 +126,27 @@ def _account(
       epsilon=math.inf,
       delta=delta,
       accountant="none",
+      count_noise_multiplier=count_noise_multiplier,
+      count_releases=releases if count_noise_multiplier is not None else 0,
     )
-  if accountant == "pld" and sens.value > 0:
-    points = _pld_grid_points(sens.value / sigma)
+  if count_noise_multiplier is not None and count_noise_multiplier == 0:
+    raise FedmfUserError(
+      "count noise multiplier 0 with noise multiplier > 0: adaptive clipping's counts were released "
+      "without noise, so no epsilon holds"
+    )
+  mu = adaptive_clip.combined_mu(sens.value / sigma, count_noise_multiplier, releases)
+  if accountant == "pld" and mu > 0:
+    points = _pld_grid_points(mu)
     if points > _PLD_MAX_POINTS:
       warnings.append(
         f"the {label} claim's PLD accounting would need {points / 1e6:.0f}M grid points "
-        f"(mu = sensitivity / sigma = {sens.value / sigma:.3g}): its epsilon is from the exact "
+        f"(mu = {mu:.3g}): its epsilon is from the exact "
         "analytic Gaussian curve instead, which PLD only approximates from above"
       )
       accountant = "analytic"
-  return accounting.account_estimate(sens, sigma, delta, accountant)
+  return accounting.account_estimate(
+    sens, sigma, delta, accountant, count_noise_multiplier, releases
+  )
 
 
 def _audit(
@@ -178,6 +195,7 @@ def _audit(
 
   k_obs = stats.observed_max_participations
   b_obs = stats.observed_min_sep
+  count = request.count_noise_multiplier
   realized = _account(
     sensitivity(n, b_obs if k_obs > 1 else None, k_obs),
     sigma,
@@ -185,11 +203,20 @@ def _audit(
     accountant,
     "realized",
     warnings,
+    count,
+    k_obs,  # A device in k rounds is in k count releases.
   )
   declared = None
   if min_sep is not None or max_participations is not None:
     d = _account(
-      sensitivity(n, min_sep, max_participations), sigma, delta, accountant, "declared", warnings
+      sensitivity(n, min_sep, max_participations),
+      sigma,
+      delta,
+      accountant,
+      "declared",
+      warnings,
+      count,
+      ParticipationSchema(n, min_sep, max_participations).effective_max_participations,
     )
     declared = DeclaredClaim(min_sep, max_participations, d)
     counts = violations.counts()
@@ -220,7 +247,14 @@ def _audit(
     # bounded number of evaluations, the others labelled upper bounds.
     every_round = {"max_evaluations": None, "time_budget": 1e12} if curve == "every-round" else {}
     eps_curve = curve_lib.epsilon_curve(
-      strategy, b_r, k_r, sigma, delta, method=method, **every_round
+      strategy,
+      b_r,
+      k_r,
+      sigma,
+      delta,
+      method=method,
+      count_noise_multiplier=count,
+      **every_round,
     )
   strategy_info = {"mechanism": strategy.mechanism, "description": strategy.describe()}
   if strategy.horizon is not None:
@@ -291,11 +325,13 @@ class _Request:
   max_epsilon: Optional[float]
   notes: tuple[str, ...]
   sampling: Optional[partition_audit.DeclaredSampling]
+  count_noise_multiplier: Optional[float] = None
 
   @property
   def amplifies(self) -> bool:
-    """A declared cyclic Poisson sampling with noise: the claim may be the amplified ε."""
-    return self.sampling is not None and self.sigma > 0
+    """A declared cyclic Poisson sampling with noise: the claim may be the amplified ε (never
+    with adaptive clipping: no amplification theorem here covers its count releases)."""
+    return self.sampling is not None and self.sigma > 0 and self.count_noise_multiplier is None
 
 
 def _validated(
@@ -312,6 +348,7 @@ def _validated(
   max_epsilon: Optional[float] = None,
   notes: tuple[str, ...] = (),
   sampling: Optional[partition_audit.DeclaredSampling] = None,
+  count_noise_multiplier: Optional[float] = None,
 ) -> _Request:
   """The cheap arguments, validated (and the per-round work estimated) before a log is read.
 
@@ -333,6 +370,9 @@ def _validated(
       the log is checked against its partitions (a second read of the round and client columns)
       and, if it complies, the claim is the amplified ε (BandMF Thm 4); if not, the violation is
       reported and the claim stays the non-amplified one.
+    count_noise_multiplier: z_b of the run's adaptive clipping (None: a fixed clip). Every claim
+      and the curve compose the matrix mechanism with the count releases: a device in k rounds of
+      the log is in k of them (the declared claim: its k).
   """
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
 
@@ -346,6 +386,17 @@ def _validated(
     isinstance(max_epsilon, numbers.Real) and math.isfinite(max_epsilon) and max_epsilon > 0
   ):
     raise FedmfUserError(f"--max-epsilon must be a finite number > 0, got {max_epsilon!r}")
+  if count_noise_multiplier is not None:
+    if (
+      isinstance(count_noise_multiplier, bool)
+      or not isinstance(count_noise_multiplier, numbers.Real)
+      or not math.isfinite(count_noise_multiplier)
+      or count_noise_multiplier < 0
+    ):
+      raise FedmfUserError(
+        f"--count-noise-multiplier must be a finite number >= 0, got {count_noise_multiplier!r}"
+      )
+    count_noise_multiplier = float(count_noise_multiplier)
   if rounds is not None:
     strategy.check_horizon(rounds)
     if curve and sigma > 0:
@@ -359,7 +410,7 @@ def _validated(
       )
   return _Request(
     strategy, sigma, delta, rounds, min_sep, max_participations, method, accountant, curve,
-    max_epsilon, tuple(notes), sampling,
+    max_epsilon, tuple(notes), sampling, count_noise_multiplier,
   )  # fmt: skip
 
 

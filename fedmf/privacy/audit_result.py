@@ -184,6 +184,11 @@ class AuditResult:
         f"({display.epsilon(a.epsilon)}, {a.delta:g})-DP (rho-zCDP with rho = {a.rho:.4g}) for {who}, "
         f"under the participation the log shows: {realized}."
       )
+      if a.adaptive:
+        statement += (
+          f" It includes adaptive clipping's noisy counts: {a.count_releases} count releases per "
+          f"device at count noise multiplier {a.count_noise_multiplier:.4g}."
+        )
       if self.declared is not None:
         declared = declared_in_words(self.declared.min_sep, self.declared.max_participations)
         if violating:
@@ -280,6 +285,7 @@ class AuditResult:
         "delta": a.delta,
         "noise_multiplier": a.noise_multiplier,
         "accountant": a.accountant,
+        **self._adaptive_dict(),
         "declared": self.declared.to_dict() if self.declared else None,
         "max_epsilon": self.max_epsilon,
         "strict": {"passed": v.passed, "failures": list(v.failures)},
@@ -293,6 +299,14 @@ class AuditResult:
   def _empirical_dict(self) -> dict[str, Any]:
     """`empirical` of a run with canaries (none without: outputs unchanged)."""
     return {} if self.empirical is None else {"empirical": self.empirical.to_dict()}
+
+  def _adaptive_dict(self) -> dict[str, Any]:
+    """Adaptive clipping's count releases in the claim (none for a fixed clip: outputs unchanged):
+    "epsilon" and "rho" include them."""
+    a = self.realized
+    if not a.adaptive:
+      return {}
+    return {"count_noise_multiplier": a.count_noise_multiplier, "count_releases": a.count_releases}
 
   def _amplified_dict(self) -> dict[str, Any]:
     """The keys of a declared cyclic Poisson sampling (none without one: outputs unchanged)."""
@@ -348,6 +362,11 @@ def format_summary(result: AuditResult, max_violations: int = 10) -> str:
       f"  sensitivity {a.sensitivity:.6g} ({a.sensitivity_method}, {a.sensitivity_algorithm}); "
       f"accountant {a.accountant}"
     )
+    if a.adaptive:
+      lines.append(
+        f"  adaptive clipping: {a.count_releases} count releases per device at count noise "
+        f"multiplier {a.count_noise_multiplier:.6g}, composed with the matrix mechanism"
+      )
   if result.amplified is not None and not result.no_noise:
     if result.amplification_credited:
       acc = result.amplified.accounting

@@ -2,7 +2,8 @@
 
 One concept: the ε curve of an audit. The first r rounds of a run have their own realized
 min-separation b_r and max participations k_r (read off the participation log); each prefix is one
-Gaussian matrix mechanism over r rounds (``fedmf.privacy.accounting``).
+Gaussian matrix mechanism over r rounds (``fedmf.privacy.accounting``), composed with k_r count
+releases when the run clipped adaptively (``fedmf.privacy.adaptive_clip``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedmf.mf.schema import ParticipationSchema
+from fedmf.privacy import adaptive_clip
 from fedmf.privacy.accounting import gaussian_epsilon, rho_zcdp, validate_delta
 from fedmf.privacy.events import validate_noise_multiplier
 
@@ -28,10 +30,11 @@ class EpsilonCurve:
     max_participations: Realized max participations of the first r rounds (0 before any).
     sensitivity: Sensitivity used for each r (an upper bound when not evaluated at r itself).
     sensitivity_method: Per-r method: 'exact', 'upper-bound' or 'lower-bound'.
-    rho: ρ-zCDP per r.
+    rho: ρ-zCDP per r (with adaptive clipping, its k_r count releases included).
     epsilon: ε at ``delta`` per r (analytic Gaussian curve).
     delta: δ.
     noise_multiplier: σ.
+    count_noise_multiplier: z_b of adaptive clipping's count releases (None: a fixed clip).
   """
 
   rounds: np.ndarray
@@ -43,6 +46,7 @@ class EpsilonCurve:
   epsilon: np.ndarray
   delta: float
   noise_multiplier: float
+  count_noise_multiplier: float | None = None
 
 
 DEFAULT_MAX_EVALUATIONS = 64
@@ -58,6 +62,7 @@ def epsilon_curve(
   method: str = "auto",
   max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS,
   time_budget: float = 0.0,
+  count_noise_multiplier: float | None = None,
 ) -> EpsilonCurve:
   """ε after r rounds, r = 1..n, using the realized (b_r, k_r) of the first r rounds (BLT §1).
 
@@ -71,6 +76,8 @@ def epsilon_curve(
     max_evaluations: Cap on sensitivity evaluations (None: no cap, at least one per distinct
       (b_r, k_r)).
     time_budget: Seconds to spend on evaluations beyond the mandatory ones (default none).
+    count_noise_multiplier: z_b of adaptive clipping: the first r rounds hold k_r count releases
+      of the most-participating device, composed in (μ_r² = (s_r/σ)² + k_r/z_b²).
 
   The realized b_r never grows and k_r never shrinks, so the rounds fall into runs of constant
   (b_r, k_r), usually a handful. The sensitivity is evaluated once per run, at its last round,
@@ -159,6 +166,11 @@ def epsilon_curve(
         sens[p] = nxt.value
         methods[p] = "upper-bound" if nxt.method == "exact" else nxt.method
   mu = sens / sigma
+  rho = np.asarray(rho_zcdp(sens, sigma))
+  if count_noise_multiplier is not None:
+    counts = np.array([adaptive_clip.count_mu(count_noise_multiplier, int(v)) for v in k])
+    mu = np.hypot(mu, counts)
+    rho = mu * mu / 2.0
   eps = np.asarray(gaussian_epsilon(mu, delta), dtype=np.float64)
   return EpsilonCurve(
     rounds=np.arange(1, n + 1),
@@ -166,8 +178,9 @@ def epsilon_curve(
     max_participations=k,
     sensitivity=sens,
     sensitivity_method=tuple(methods),
-    rho=np.asarray(rho_zcdp(sens, sigma)),
+    rho=rho,
     epsilon=eps,
     delta=delta,
     noise_multiplier=sigma,
+    count_noise_multiplier=count_noise_multiplier,
   )

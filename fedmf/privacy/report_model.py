@@ -32,6 +32,7 @@ PLOT_FILES = {
   "gaps": "gap_histogram.png",
   "violators": "violating_clients.png",
   "training": "training.png",
+  "clip": "clip_norm.png",
   "checkins": "checkins.png",
   "canaries": "canary_statistics.png",
 }
@@ -174,7 +175,14 @@ def privacy_statement(result: audit_result.AuditResult) -> list[tuple[str, list[
           "Setting",
           "Central DP: the server is trusted to implement the mechanism correctly, including "
           "clipping every client update to norm 1 (in units of the clip norm) and adding the "
-          "correlated Gaussian noise.",
+          "correlated Gaussian noise."
+          + (
+            " The clip norm is adaptive (Andrew et al. 2021): round t clips to and scales its "
+            "noise by a clip norm computed from the noisy counts of earlier rounds, so the "
+            "release divided by it is the unit-clip mechanism."
+            if a.adaptive
+            else ""
+          ),
         ),
       ],
     ),
@@ -198,7 +206,10 @@ def privacy_statement(result: audit_result.AuditResult) -> list[tuple[str, list[
         ),
         (
           "Adjacency",
-          "Zero-out: a neighboring run replaces all of one client's model updates with zeros.",
+          "Zero-out: a neighboring run replaces all of one client's model updates with zeros"
+          + (
+            " (and its adaptive-clipping reports, centred at ±1/2, with 0)." if a.adaptive else "."
+          ),
         ),
       ],
     ),
@@ -208,8 +219,15 @@ def privacy_statement(result: audit_result.AuditResult) -> list[tuple[str, list[
         (
           "Type of accounting",
           f"rho-zCDP and {acct}. The matrix mechanism with noise multiplier "
-          f"{a.noise_multiplier:g} and sensitivity {a.sensitivity:.6g} is one Gaussian mechanism "
-          f"with noise multiplier {a.effective_noise_multiplier:.6g}.",
+          f"{a.noise_multiplier:g} and sensitivity {a.sensitivity:.6g}"
+          + (
+            f", composed with the {a.count_releases} noisy counts of adaptive clipping a "
+            f"device is in (count noise multiplier {a.count_noise_multiplier:g}, sensitivity "
+            "1/2 each),"
+            if a.adaptive
+            else ""
+          )
+          + f" is one Gaussian mechanism with noise multiplier {a.effective_noise_multiplier:.6g}.",
         ),
         (
           "Sensitivity",
@@ -369,6 +387,11 @@ _FIGURES = (
     "would sit if the mechanism is exactly as analyzed.",
   ),
   (
+    "clip",
+    "Adaptive clip norm",
+    "The clip norm ζ_t of each round (adaptive clipping, Andrew et al. 2021) and the fraction of clients whose update was within it: the noisy fraction released to move ζ (dots) and the exact one (line; metrics.csv).",
+  ),
+  (
     "checkins",
     "Check-ins refused",
     "Devices whose check-in the server refused because their timer had not expired (metrics.csv).",
@@ -383,6 +406,7 @@ _SECTIONS = {
   "gaps": ("participation", "Participation"),
   "violators": ("participation", "Participation"),
   "training": ("training", "Training"),
+  "clip": ("training", "Training"),
   "checkins": ("training", "Training"),
   "canaries": ("measured", "Measured privacy"),
 }

@@ -297,6 +297,39 @@ def _plot_training(metrics: RunMetrics) -> Optional[bytes]:
   return _png(fig)
 
 
+def _plot_clip(metrics: RunMetrics) -> Optional[bytes]:
+  """ζ_t per round (adaptive clipping) and the fraction of clients within it: the noisy one that
+  moved ζ, and the exact one (clients neither clipped nor zeroed; metrics.csv)."""
+  rounds, clip = metrics.get("round"), metrics.get("clip_norm")
+  if rounds is None or clip is None:
+    return None  # A fixed clip: nothing moves.
+  plt = _pyplot()
+  fig, (left, right) = plt.subplots(1, 2, figsize=(_WIDTH, 3.2))
+  ok = np.isfinite(clip)
+  left.plot(rounds[ok], clip[ok], color=_MAIN, lw=1.5)
+  if np.nanmin(clip) > 0 and np.nanmax(clip) / np.nanmin(clip) > 20:
+    left.set_yscale("log")
+  left.set_title("Clip norm ζ_t (adaptive)")
+  left.set_xlabel("round")
+  left.grid(alpha=0.3)
+  noisy = metrics.get("unclipped_fraction")
+  if noisy is not None:
+    ok = np.isfinite(noisy)
+    right.plot(rounds[ok], noisy[ok], ".", color=_DECLARED, ms=4, label="noisy (released)")
+  clients, clipped, zeroed = (metrics.get(k) for k in ("clients", "clipped", "zeroed"))
+  if clients is not None and clipped is not None:
+    with np.errstate(invalid="ignore", divide="ignore"):
+      exact = (clients - clipped - np.nan_to_num(zeroed if zeroed is not None else 0)) / clients
+    ok = np.isfinite(exact)
+    right.plot(rounds[ok], exact[ok], color="#7f7f7f", lw=1, label="exact")
+  right.set_ylim(-0.02, 1.02)
+  right.set_title("Fraction of clients within ζ_t")
+  right.set_xlabel("round")
+  right.grid(alpha=0.3)
+  right.legend(frameon=False)
+  return _png(fig)
+
+
 def _plot_checkins(metrics: RunMetrics) -> Optional[bytes]:
   rounds, refused = metrics.get("round"), metrics.get("refused_checkins")
   if rounds is None or refused is None or not np.nansum(refused):
@@ -385,5 +418,6 @@ def draw(result: audit_result.AuditResult, metrics: Optional[RunMetrics]) -> dic
   plots["canaries"] = _plot_canaries(result)
   if metrics is not None:
     plots["training"] = _plot_training(metrics)
+    plots["clip"] = _plot_clip(metrics)
     plots["checkins"] = _plot_checkins(metrics)
   return {k: v for k, v in plots.items() if v is not None}

@@ -39,6 +39,7 @@ def resolve(
   rounds: Optional[int] = None,
   min_sep: Optional[int] = None,
   max_participations: Optional[int] = None,
+  count_noise_multiplier: Optional[float] = None,
 ) -> AuditInputs:
   """What to audit: SOURCE's log and settings, the given values replacing the run's (said).
 
@@ -52,6 +53,7 @@ def resolve(
     rounds=rounds,
     min_sep=min_sep,
     max_participations=max_participations,
+    count_noise_multiplier=count_noise_multiplier,
   )
   flags = types.SimpleNamespace(source=os.fspath(source), **given)
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
@@ -108,6 +110,17 @@ def resolve(
     _same_number,
   )
   delta = pick("--delta", flags.delta, run.delta, "delta", _same_number)
+  count_noise = flags.count_noise_multiplier
+  if count_noise is None:
+    count_noise = run.count_noise_multiplier  # (None: the run clipped at a fixed norm)
+  elif run.count_noise_multiplier is not None and not _same_number(
+    count_noise, run.count_noise_multiplier
+  ):
+    warnings.append(
+      f"--count-noise-multiplier {count_noise:g} differs from the run's "
+      f"{run.count_noise_multiplier:g} ({run.sources.get('count_noise_multiplier', source)}): "
+      f"the audit uses {count_noise:g}"
+    )
   rounds = flags.rounds if flags.rounds is not None else run.rounds
   if flags.rounds is not None and run.rounds is not None and flags.rounds != run.rounds:
     warnings.append(
@@ -154,6 +167,8 @@ def resolve(
       max_participations=max_participations,
       # A declared cyclic Poisson sampling: checked against the log, amplified ε if it complies.
       sampling=run.sampling,
+      # Adaptive clipping's count releases, composed into every claim.
+      count_noise_multiplier=count_noise,
     ),
     strategy_path,
     notes,

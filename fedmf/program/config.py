@@ -20,19 +20,22 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import os
 import types
 import typing
 from typing import Any, Mapping, Optional, Sequence
 
+from fedmf import config_parse
 from fedmf import yaml_files
+from fedmf.config_parse import ConfigError
+from fedmf.config_parse import shown
 from fedmf.errors import FedmfUserError
 from fedmf.participation import ParticipationConfig
 from fedmf.program.config_sections import (
+  ADAPTIVE,
   MECHANISMS,
   CanariesConfig,
-  ConfigError,
+  ClipValue,
   PlatformConfig,
   PrivacyConfig,
   ProgramConfig,
@@ -40,10 +43,9 @@ from fedmf.program.config_sections import (
   TaskConfig,
   WorkersValue,
   at_least,
-  shown,
 )
 
-__all__ = ["ConfigError", "TrainingConfig", "config_from_dict", "load_config"]
+__all__ = ["TrainingConfig", "config_from_dict", "load_config"]
 
 # Keys that say where a run executes, not what it computes (the model is bit-identical whatever
 # they are): a resumed run may change them. (clients_per_call fixes the float sums: it may not.)
@@ -86,7 +88,8 @@ class TrainingConfig:
         f"clients_per_round ({self.program.clients_per_round}) exceeds num_clients "
         f"({self.task.num_clients})"
       )
-    sigma, clip = self.privacy.noise_multiplier, self.recipe.clip_norm
+    self.recipe.validate()
+    sigma, clip = self.privacy.noise_multiplier, self.recipe.initial_clip_norm
     if sigma is not None and sigma * clip > 1e30:
       # The training noise is float32 (max 3.4e38, before the strategy's own gain): refused here,
       # not after TensorFlow started and round 0 overflowed.
@@ -94,7 +97,6 @@ class TrainingConfig:
         f"noise_multiplier × clip_norm = {sigma * clip:.3g} would "
         "overflow the float32 training noise; no useful run has noise beyond 1e30"
       )
-    self.recipe.validate()
     if self.task.name == "stackoverflow" and self.task.data_dir is None:
       raise ConfigError(
         "task stackoverflow needs stackoverflow.sqlite: not in TFF's cache "
@@ -106,6 +108,14 @@ class TrainingConfig:
     except FedmfUserError as e:
       raise ConfigError(str(e)) from None
     _check_effective(self.participation, self.privacy)
+    if self.recipe.adaptive and self.participation.model == "cyclic_poisson":
+      # The amplification theorems fedmf credits (BandMF Thm 4, DP-SGD with sampling) are not
+      # stated for the count releases: refused rather than accounted without them.
+      raise ConfigError(
+        "clip_norm: adaptive is not accounted with participation.model cyclic_poisson (no "
+        "amplification theorem here covers its count releases): use a fixed clip_norm or another "
+        "participation.model"
+      )
     if self.privacy.strategy is not None:
       _check_strategy_file(self.privacy.strategy, self.program.rounds)
     return self
@@ -115,6 +125,8 @@ class TrainingConfig:
     sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
     out = {}
     for flat in FLAT_ORDER:
+      if flat == "adaptive_clip" and not self.recipe.adaptive:
+        continue  # (unset: the config.json of a fixed clip is what it was before adaptive clipping)
       if flat == "participation":
         out[flat] = sections["participation"]
       else:
@@ -238,7 +250,7 @@ def _moot_hint(error: MootKeyError, path: Any, overrides: Sequence[str]) -> Moot
   override that clears the config file's value."""
   section, field = _key_path(error.key)
   for text in reversed(overrides):
-    written, _ = parse_override(text)
+    written, _ = config_parse.parse_override(text, list_keys=("workers",))
     if tuple(_canonical_path(written)) == (section, field):
       return MootKeyError(error.key, error.why, f"remove --set {text}, or change the setting")
   default = dataclasses.asdict(SECTIONS[section]())[field]
@@ -297,18 +309,30 @@ def _flat_keys() -> dict[str, tuple[str, str]]:
 
 FLAT_KEYS = _flat_keys()
 FLAT_NAMES = {where: flat for flat, where in FLAT_KEYS.items()}
-# The order of config.json (the flat TrainingConfig it was written from before the sections).
-FLAT_ORDER = (
+# The order config.json was written in by the flat TrainingConfig before the sections existed: a
+# record of the past (tests/program/test_config_sections.py pins it), never extended. It cannot
+# come from the sections, whose fields it interleaves (rounds, then privacy's keys, then eval_every).
+LEGACY_ORDER = (
   *("task", "num_clients", "model", "vocab_size", "sequence_length", "max_sentences_per_client"),
   *("batch_size", "test_sentences", "data_dir", "rounds", "clients_per_round", "mechanism"),
   *("bands", "buffers", "strategy", "force_strategy", "target_epsilon", "noise_multiplier"),
-  *("delta", "reference_clients_per_round", "clip_norm", "client_learning_rate"),
+  *("delta", "reference_clients_per_round", "clip_norm", "adaptive_clip", "client_learning_rate"),
   *("server_learning_rate", "server_momentum", "warmup_fraction", "cooldown_fraction"),
   *("cooldown_factor", "zeroing_linf", "eval_every", "seed", "noise_seed", "participation"),
   *("checkpoint_every", "budget", "workers", "worker_tls", "worker_timeout_s"),
   *("worker_isolation", "clients_per_call"),
 )
-assert sorted(FLAT_ORDER) == sorted([*FLAT_KEYS, "participation"]), "FLAT_ORDER misses a key"
+
+
+def _flat_order() -> tuple[str, ...]:
+  """config.json's keys: those of LEGACY_ORDER still in the sections, in its order, then every
+  key added since, in the sections' field order (a new key needs no entry here)."""
+  known = [*FLAT_KEYS, "participation"]
+  legacy = [key for key in LEGACY_ORDER if key in known]
+  return (*legacy, *(key for key in known if key not in legacy))
+
+
+FLAT_ORDER = _flat_order()
 
 
 def _unknown(key: str, known: Sequence[str]) -> ConfigError:
@@ -397,6 +421,13 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
         raise ConfigError(f"{key} must list 'host:port' or 'unix:PATH' strings, got {shown(value)}")
       return tuple(value)
     return _coerce(key, value, int)
+  if annotation == ClipValue:
+    if isinstance(value, str) and value.strip() == ADAPTIVE:
+      return ADAPTIVE
+    try:
+      return _coerce(key, value, float)
+    except ConfigError:
+      raise ConfigError(f"{key} must be a number > 0 or {ADAPTIVE}, got {shown(value)}") from None
   origin = typing.get_origin(annotation)
   if origin in (typing.Union, types.UnionType):
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -407,58 +438,19 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     if not isinstance(value, Mapping):
       raise ConfigError(f"{key} must be a section of keys, got {shown(value)}")
     return _build(annotation, value, prefix=f"{key}.")
-  if annotation is bool:
-    if isinstance(value, bool):
-      return value
-    raise ConfigError(f"{key} must be true or false, got {shown(value)}")
-  if annotation is int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ConfigError(f"{key} must be an integer, got {shown(value)}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-      raise ConfigError(f"{key} must be an integer, got {shown(value)}")
-    return int(value)
-  if annotation is float:
-    if isinstance(value, str):  # YAML 1.1 reads '1e-8' (no dot) as a string.
-      try:
-        value = float(value)
-      except ValueError:
-        raise ConfigError(f"{key} must be a number, got {shown(value)}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ConfigError(f"{key} must be a number, got {shown(value)}")
-    value = float(value)
-    if not math.isfinite(value):
-      raise ConfigError(f"{key} must be finite, got {shown(value)}")
-    return value
-  if annotation is str:
-    if not isinstance(value, str):
-      raise ConfigError(f"{key} must be a string, got {shown(value)}")
-    return value
+  if annotation in (bool, int, float, str):
+    return config_parse.coerce(key, value, annotation)
   raise TypeError(f"unsupported config type {annotation!r} for {key}")
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-  """'participation.min_sep=20' -> (['participation', 'min_sep'], 20); values are YAML scalars."""
-  import yaml  # pylint: disable=g-import-not-at-top
-
-  key, sep, raw = text.partition("=")
-  if not sep or not key.strip():
-    raise ConfigError(f"--set expects KEY=VALUE, got {text!r}")
-  try:
-    value = yaml.safe_load(raw) if raw.strip() else None
-  except yaml.YAMLError:
-    value = raw
-  if isinstance(value, dict) or isinstance(value, list) and key.strip() != "workers":
-    raise ConfigError(f"--set {key}: expected a single value, got {raw!r}")
-  return key.strip().split("."), value
 
 
 def apply_overrides(obj: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
   """The nested form of a raw config mapping with every dotted `KEY=VALUE` override applied (a
-  key by its flat name or inside its section: `delta=1e-8` and `privacy.delta=1e-8` are one key)."""
+  key by its flat name or inside its section: `delta=1e-8` and `privacy.delta=1e-8` are one key,
+  and giving it twice is refused; `fedmf.config_parse` has the rules)."""
   out = json.loads(json.dumps(nested(obj)))
-  for text in overrides:
-    written, value = parse_override(text)
-    path = _canonical_path(written)
+  for written, path, value in config_parse.parse_overrides(
+    overrides, _canonical_path, list_keys=("workers",)
+  ):
     node = out
     for part in path[:-1]:
       child = node.get(part)

@@ -12,20 +12,18 @@ Every key also has a flat name, the one the docs and `--set` use (`clip_norm`, n
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import typing
 from typing import Any, Optional, Sequence
 
+from fedmf.config_parse import ConfigError
+from fedmf.config_parse import shown
 from fedmf.errors import FedmfUserError
+from fedmf.privacy.adaptive_clip import AdaptiveClip
 
 TASKS = ("synthetic", "stackoverflow")
 MODELS = ("lstm-small", "lstm-paper")
 MECHANISMS = ("dpsgd", "tree", "bandmf", "blt")
-
-
-class ConfigError(FedmfUserError):
-  """A configuration that does not validate (one line naming the key)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,16 +139,23 @@ class PrivacyConfig:
     seed_in_range("noise_seed", self.noise_seed)
 
 
+# `clip_norm`: a fixed ζ, or ADAPTIVE (quantile-based adaptive clipping, section `adaptive_clip`).
+ADAPTIVE = "adaptive"
+ClipValue = typing.Union[float, str]
+
+
 @dataclasses.dataclass(frozen=True)
 class RecipeConfig:
   """`recipe:` the papers' training recipe (BandMF App. I; BLT §5).
 
-  clip_norm ζ, client_learning_rate, server_learning_rate, server_momentum, warmup_fraction,
-  cooldown_fraction, cooldown_factor, zeroing_linf (updates whose largest |entry| exceeds it are
-  zeroed; None disables).
+  clip_norm ζ, or `adaptive`: ζ follows a quantile of the update norms (Andrew et al. 2021; the
+  section adaptive_clip: target_quantile, initial, learning_rate, count_noise_multiplier or
+  count_budget_fraction; `fedmf.privacy.adaptive_clip`). client_learning_rate,
+  server_learning_rate, server_momentum, warmup_fraction, cooldown_fraction, cooldown_factor,
+  zeroing_linf (updates whose largest |entry| exceeds it are zeroed; None disables).
   """
 
-  clip_norm: float = 1.0
+  clip_norm: ClipValue = 1.0
   client_learning_rate: float = 1.0
   server_learning_rate: float = 1.0
   server_momentum: float = 0.95
@@ -158,9 +163,36 @@ class RecipeConfig:
   cooldown_fraction: float = 0.25
   cooldown_factor: float = 0.05
   zeroing_linf: Optional[float] = 100.0
+  adaptive_clip: AdaptiveClip = AdaptiveClip()
+
+  @property
+  def adaptive(self) -> bool:
+    """ζ is adaptive (`clip_norm: adaptive`)."""
+    return self.clip_norm == ADAPTIVE
+
+  @property
+  def initial_clip_norm(self) -> float:
+    """ζ of round 0: the fixed clip norm, or adaptive_clip.initial."""
+    return float(self.adaptive_clip.initial if self.adaptive else self.clip_norm)
 
   def validate(self) -> None:
-    for key in ("clip_norm", "client_learning_rate", "server_learning_rate", "cooldown_factor"):
+    if self.adaptive:
+      try:
+        self.adaptive_clip.validate()
+      except FedmfUserError as e:
+        raise ConfigError(str(e)) from None
+    else:
+      if isinstance(self.clip_norm, str):
+        raise ConfigError(
+          f"clip_norm must be a number > 0 or {ADAPTIVE}, got {shown(self.clip_norm)}"
+        )
+      positive("clip_norm", self.clip_norm)
+      if self.adaptive_clip != AdaptiveClip():
+        raise ConfigError(
+          f"adaptive_clip has no effect here (clip_norm is {self.clip_norm:g}, not {ADAPTIVE}): "
+          "remove it, or set clip_norm: adaptive"
+        )
+    for key in ("client_learning_rate", "server_learning_rate", "cooldown_factor"):
       positive(key, getattr(self, key))
     if self.zeroing_linf is not None:
       positive("zeroing_linf", self.zeroing_linf)
@@ -292,18 +324,6 @@ class PlatformConfig:
 
 # ---------------------------------------------------------------------------------------------
 # Checks shared by the sections: one-line errors that show the value as the user wrote it.
-
-
-def shown(value: Any) -> str:
-  """A config value as the user wrote it in YAML: null, true, [1, 2] (never Python's None)."""
-  if value is None or isinstance(value, (bool, list, tuple, dict)):
-    try:
-      text = json.dumps(value)
-    except (TypeError, ValueError, RecursionError):
-      text = repr(value)
-  else:
-    text = repr(value)
-  return text if len(text) <= 60 else text[:57] + "..."
 
 
 def choice(key: str, value: Any, choices: Sequence[str]) -> None:

@@ -126,10 +126,11 @@ class Rounds:
   stopped_by_budget: bool
 
 
-def metrics_value(record: training_run.RoundRecord) -> dict[str, float]:
-  """The released metrics of a round (evaluation keys only on evaluated rounds)."""
+def metrics_value(record: training_run.RoundRecord, adaptive: bool = False) -> dict[str, float]:
+  """The released metrics of a round (evaluation keys only on evaluated rounds; ζ_t and the noisy
+  fraction within it only with adaptive clipping)."""
   out = {}
-  for key in outputs.METRIC_COLUMNS[1:]:
+  for key in outputs.metric_columns(adaptive)[1:]:
     value = getattr(record, key)
     if value is not None:
       out[key] = float(value)
@@ -194,7 +195,7 @@ async def run_rounds(
     checkpoint = done % c.program.checkpoint_every == 0 or done == c.program.rounds
     program.participation_log.write_round(r, ids + record.canary_ids)
     for manager in program.metrics_managers:
-      await manager.release(metrics_value(record), r)
+      await manager.release(metrics_value(record, run.adaptive), r)
     if checkpoint and done < c.program.rounds:
       await program.model_manager.release(run.server.weights, done)
     if checkpoint:
@@ -297,6 +298,19 @@ def describe_plan(run: training_run.TrainingRun) -> list[str]:
     if p.noise_multiplier
     else "planned privacy: none (noise multiplier 0 trains without DP: no privacy guarantee)",
   ]
+  if p.adaptive_clip is not None:
+    clip = p.adaptive_clip
+    lines.append(
+      f"clip norm: adaptive, to the {clip.target_quantile:g} quantile of the update norms "
+      f"(initial {clip.initial:g}, learning rate {clip.learning_rate:g}, count noise multiplier "
+      f"{clip.count_noise_multiplier:.6g}"
+      + (
+        f", training uses {p.training_count_noise_multiplier:.6g}"
+        if p.training_count_noise_multiplier != clip.count_noise_multiplier
+        else ""
+      )
+      + ")"
+    )
   budget = run.config.program.budget.epsilon
   if budget is not None and p.noise_multiplier and p.epsilon > budget:
     # Said before the rounds, not found out after them (issue 38 item 7).
@@ -392,11 +406,14 @@ def finish(
     "refused_checkins": int(sum(r.refused_checkins for r in records)),
     "early_checkins_admitted": int(sum(r.early_admitted for r in records)),
     "clipped_updates": int(sum(r.clipped for r in records)),
+    **_clip_summary(run, records),
     "zeroed_updates": int(sum(r.zeroed for r in records)),
     "violations": int(sum(counts.values())),
     "violation_counts": counts,
     "median_round_seconds": _median([r.round_seconds for r in records]),
     "seconds": seconds,
+    # The audit's claim (= `fedmf audit OUT --json`'s "epsilon"), also under audit.epsilon.
+    "epsilon": audit_dict.get("epsilon"),
     "audit": _audit_summary(result, audit_dict, c.privacy.delta),
     **(extra or {}),
   }
@@ -404,6 +421,25 @@ def finish(
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary
+
+
+def _clip_summary(
+  run: training_run.TrainingRun, records: list[training_run.RoundRecord]
+) -> dict[str, Any]:
+  """summary.json's keys of an adaptive clip (none for a fixed clip): ζ of the first and last
+  rounds and ζ for the next round."""
+  if not run.adaptive:
+    return {}
+  clips = [r.clip_norm for r in records if r.clip_norm is not None]
+  return {
+    "adaptive_clip": {
+      **dataclasses.asdict(run.plan.adaptive_clip),
+      "training_count_noise_multiplier": run.plan.training_count_noise_multiplier,
+      "first_clip_norm": clips[0] if clips else None,
+      "last_clip_norm": clips[-1] if clips else None,
+      "next_clip_norm": run.clip_norm,
+    }
+  }
 
 
 def _audit(
@@ -435,6 +471,7 @@ def _audit(
     curve="every-round" if report else False,  # the meter's ε, round by round
     notes=run_dir.plan_notes(plan_record(run), sampling_audited=sampling is not None) + notes,
     sampling=sampling,
+    count_noise_multiplier=p.count_noise_multiplier,  # adaptive clipping's counts (None: fixed)
     max_epsilon=budget,
   )
   if run.canaries is not None:

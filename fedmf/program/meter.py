@@ -6,8 +6,10 @@ participations k of the released prefix (the auditor's numbers on the same cohor
 tests/program/test_meter.py), and accounts the strategy under that realized schema as `fedmf
 audit` accounts its realized claim: one Gaussian mechanism, by the claim's accountant
 (`accounting.CLAIM_ACCOUNTANT`, the exact analytic curve). Under cyclic Poisson sampling that is
-the unamplified claim, an upper bound of the amplified ε the audit may credit. The training
-program's budget guard asks it before releasing a round; the progress bar shows it.
+the unamplified claim, an upper bound of the amplified ε the audit may credit. With adaptive
+clipping (`count_noise_multiplier`), a device's k realized participations are also k count
+releases, composed in (`fedmf.privacy.adaptive_clip`). The training program's budget guard asks it
+before releasing a round; the progress bar shows it.
 
 Its counters are its own, not the auditor's engine (`fedmf.privacy.log_statistics`): they are
 checkpointed with the run, and `epsilon_if` asks about a cohort without recording it.
@@ -26,10 +28,19 @@ from fedmf.mf.schema import ParticipationSchema
 class PrivacyMeter:
   """Realized (b, k) and ε of the first r rounds."""
 
-  def __init__(self, strategy, noise_multiplier: float, delta: float, num_clients: int):
+  def __init__(
+    self,
+    strategy,
+    noise_multiplier: float,
+    delta: float,
+    num_clients: int,
+    count_noise_multiplier: Optional[float] = None,
+  ):
     self.strategy = strategy
     self.noise_multiplier = float(noise_multiplier)
     self.delta = float(delta)
+    # Adaptive clipping's z_b: the k realized participations are also k count releases.
+    self.count_noise_multiplier = count_noise_multiplier
     self.last_round = np.full(num_clients, -1, dtype=np.int64)
     self.count = np.zeros(num_clients, dtype=np.int64)
     self.min_gap: Optional[int] = None
@@ -73,6 +84,7 @@ class PrivacyMeter:
         self.noise_multiplier,
         self.delta,
         accountant=accounting.CLAIM_ACCOUNTANT,
+        count_noise_multiplier=self.count_noise_multiplier,
       ).epsilon
     return self._cache[key]
 

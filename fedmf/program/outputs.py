@@ -3,7 +3,9 @@
 One concept: the run's outputs, written so that a crash never leaves a half-written file under its
 final name (`fedmf.atomic_files`; the CSV keeps whole lines only).
 
-* metrics.csv: one row per round; `accuracy`, `test_loss` and `epsilon` on evaluated rounds only.
+* metrics.csv: one row per round; `accuracy`, `test_loss` and `epsilon` on evaluated rounds only;
+  with adaptive clipping also `clip_norm` (ζ_t) and `unclipped_fraction` (the noisy fraction of
+  clients within ζ_t that moved ζ), columns a fixed clip's file does not have.
 * tensorboard/: the same scalars, for `tensorboard --logdir OUT/tensorboard`.
 """
 
@@ -34,6 +36,13 @@ METRIC_COLUMNS = (
   "noise_stddev",
   "learning_rate",
 )
+# The columns adaptive clipping adds (after the others, so a fixed clip's metrics.csv is unchanged).
+ADAPTIVE_COLUMNS = ("clip_norm", "unclipped_fraction")
+
+
+def metric_columns(adaptive: bool) -> tuple[str, ...]:
+  """metrics.csv's columns: `METRIC_COLUMNS`, and `ADAPTIVE_COLUMNS` with adaptive clipping."""
+  return METRIC_COLUMNS + ADAPTIVE_COLUMNS if adaptive else METRIC_COLUMNS
 
 
 # The one JSON writer (strict JSON: null, never NaN), kept where every layer can import it.
@@ -50,21 +59,24 @@ def _cell(value) -> str:
   return str(value)
 
 
-def metrics_row(record: dict[str, Any]) -> str:
+def metrics_row(record: dict[str, Any], columns: tuple[str, ...] = METRIC_COLUMNS) -> str:
   buf = io.StringIO()
-  csv.writer(buf, lineterminator="\n").writerow([_cell(record.get(k)) for k in METRIC_COLUMNS])
+  csv.writer(buf, lineterminator="\n").writerow([_cell(record.get(k)) for k in columns])
   return buf.getvalue()
 
 
 class MetricsWriter:
   """metrics.csv (complete lines only, renamed into place on `close`) and TensorBoard scalars."""
 
-  def __init__(self, out_dir: Path, tensorboard: bool = True):
+  def __init__(
+    self, out_dir: Path, tensorboard: bool = True, columns: tuple[str, ...] = METRIC_COLUMNS
+  ):
     self.path = Path(out_dir) / "metrics.csv"
+    self.columns = tuple(columns)
     self._partial = atomic_files.PartialFile(self.path, tag="partial", encoding="utf-8")
     self.partial = self._partial.partial
     self._file = self._partial.file
-    self._file.write(",".join(METRIC_COLUMNS) + "\n")
+    self._file.write(",".join(self.columns) + "\n")
     self._tb = None
     if tensorboard:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -72,13 +84,13 @@ class MetricsWriter:
       self._tb = tf.summary.create_file_writer(str(Path(out_dir) / "tensorboard"))
 
   def write(self, record: dict[str, Any]) -> None:
-    self._file.write(metrics_row(record))
+    self._file.write(metrics_row(record, self.columns))
     self._file.flush()
     if self._tb is not None:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
       with self._tb.as_default(step=int(record["round"])):
-        for key in METRIC_COLUMNS[1:]:
+        for key in self.columns[1:]:
           value = record.get(key)
           if isinstance(value, (int, float)) and math.isfinite(value):
             tf.summary.scalar(key, value)
@@ -112,6 +124,7 @@ _RUN_ENTRIES = (
   "release",
   "state",
   "journal.csv",
+  "tuning.csv",  # fedmf public-features --tune
 )
 
 

@@ -18,6 +18,10 @@ One concept: everything privacy-related decided before the first round.
 * The papers' cheap-simulation trick (BandMF App. I): with `reference_clients_per_round`, training
   uses σ·B/B_ref on B clients, so that the noise on the mean equals that of the reference cohort
   with σ; the accounting is that of the reference run with σ.
+* With `clip_norm: adaptive`, the count noise multiplier z_b of adaptive clipping (Andrew et al.
+  2021; `fedmf.privacy.adaptive_clip`): given, Andrew et al.'s m/10 for the accounted cohort of m
+  clients, or the z_b of a budget fraction; σ is calibrated with the count releases composed in
+  (scaled like σ by the cheap simulation).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from fedmf.mf import strategy_cache
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.strategy import AMPLIFIED_BANDMF, AMPLIFIED_DPSGD, OptimizeOptions, Strategy
 from fedmf.participation import ParticipationModel
+from fedmf.privacy import adaptive_clip as adaptive_lib
 
 logger = logging.getLogger("fedmf.plan")
 
@@ -55,6 +60,9 @@ class PrivacyPlan:
     accountant: the run's accountant ('analytic' or 'pld'; 'none' without noise).
     cross_check: the other accountant's ε at the same σ ({"accountant", "epsilon"}, or a "note"
       saying why there is none), labelled as a cross-check, not the run's claim.
+    adaptive_clip: adaptive clipping with its count noise multiplier z_b as accounted (None: a
+      fixed clip); its count releases are in `epsilon`.
+    training_count_noise_multiplier: z_b used in training (z_b·B/B_ref with the cheap simulation).
   """
 
   strategy: Strategy
@@ -68,8 +76,24 @@ class PrivacyPlan:
   sensitivity_method: Optional[str] = None
   accountant: str = "none"
   cross_check: Optional[dict[str, Any]] = None
+  adaptive_clip: Optional[adaptive_lib.AdaptiveClip] = None
+  training_count_noise_multiplier: Optional[float] = None
+
+  @property
+  def count_noise_multiplier(self) -> Optional[float]:
+    """z_b of the count releases as accounted (None: a fixed clip)."""
+    return None if self.adaptive_clip is None else self.adaptive_clip.count_noise_multiplier
 
   def to_dict(self) -> dict[str, Any]:
+    out = self._fixed_dict()
+    if self.adaptive_clip is not None:  # (absent for a fixed clip: plan.json as it was)
+      out["adaptive_clip"] = {
+        **dataclasses.asdict(self.adaptive_clip),
+        "training_count_noise_multiplier": self.training_count_noise_multiplier,
+      }
+    return out
+
+  def _fixed_dict(self) -> dict[str, Any]:
     return {
       "strategy": self.strategy.describe(),
       "mechanism": self.strategy.mechanism,
@@ -177,7 +201,12 @@ def _cross_check(result, accountant) -> dict[str, Any]:
   other = accounting.other_accountant(accountant)
   try:
     eps = accounting.account_sensitivity(
-      result.sensitivity, result.noise_multiplier, result.delta, accountant=other
+      result.sensitivity,
+      result.noise_multiplier,
+      result.delta,
+      accountant=other,
+      count_noise_multiplier=result.count_noise_multiplier,
+      count_releases=result.count_releases,
     ).epsilon
   except FedmfUserError as e:  # PLD beyond its grid or its resolution of δ: the claim stands.
     return {"accountant": other, "epsilon": None, "note": str(e)}
@@ -228,6 +257,9 @@ def make_plan(
       math.inf,
       delta,
       "none: noise_multiplier 0 trains without DP",
+      # Without DP the counts are exact too (z_b = 0).
+      adaptive_clip=_adaptive(config, 0.0),
+      training_count_noise_multiplier=0.0 if config.recipe.adaptive else None,
     )
   calibrate = (
     config.privacy.noise_multiplier is None
@@ -255,13 +287,32 @@ def make_plan(
       },
     )
   accountant = accounting.CLAIM_ACCOUNTANT
+  z, fraction = _count_noise(config)
   if calibrate:
     result = accounting.calibrate_noise_multiplier(
-      strategy, schema, config.privacy.target_epsilon, delta, accountant=accountant
+      strategy,
+      schema,
+      config.privacy.target_epsilon,
+      delta,
+      accountant=accountant,
+      count_noise_multiplier=z,
+      count_budget_fraction=fraction,
     )
   else:
+    sigma = config.privacy.noise_multiplier
+    if fraction is not None:
+      sens = accounting.strategy_sensitivity(strategy, schema)
+      z = adaptive_lib.count_noise_for_fraction(
+        sens.value / sigma, schema.effective_max_participations, fraction
+      )
     result = accounting.account(
-      strategy, schema, config.privacy.noise_multiplier, delta, accountant=accountant
+      strategy, schema, sigma, delta, accountant=accountant, count_noise_multiplier=z
+    )
+  how = f"matrix mechanism under {schema.describe()}, analytic Gaussian curve (exact)"
+  if result.adaptive:
+    how += (
+      f", composed with {result.count_releases} count releases of adaptive clipping per device "
+      f"(count noise multiplier {result.count_noise_multiplier:.6g})"
     )
   return PrivacyPlan(
     strategy,
@@ -270,9 +321,33 @@ def make_plan(
     result.noise_multiplier * factor,
     result.epsilon,
     delta,
-    f"matrix mechanism under {schema.describe()}, analytic Gaussian curve (exact)",
+    how,
     result.sensitivity,
     result.sensitivity_method,
     accountant=accountant,
     cross_check=_cross_check(result, accountant),
+    adaptive_clip=_adaptive(config, result.count_noise_multiplier),
+    training_count_noise_multiplier=(
+      result.count_noise_multiplier * factor if result.adaptive else None
+    ),
   )
+
+
+def _count_noise(config) -> tuple[Optional[float], Optional[float]]:
+  """(z_b, budget fraction) of the config's adaptive clip ((None, None) for a fixed clip): a given
+  z_b, a budget fraction, or Andrew et al.'s m/10 for the accounted cohort of m clients."""
+  if not config.recipe.adaptive:
+    return None, None
+  clip = config.recipe.adaptive_clip
+  if clip.count_budget_fraction is not None:
+    return None, clip.count_budget_fraction
+  if clip.count_noise_multiplier is not None:
+    return clip.count_noise_multiplier, None
+  cohort = config.privacy.reference_clients_per_round or config.program.clients_per_round
+  return adaptive_lib.default_count_noise_multiplier(cohort), None
+
+
+def _adaptive(config, count_noise_multiplier) -> Optional[adaptive_lib.AdaptiveClip]:
+  if not config.recipe.adaptive:
+    return None
+  return config.recipe.adaptive_clip.with_count_noise(count_noise_multiplier)

@@ -2,7 +2,7 @@
 
 One concept: refusals that cost a second, not a minute (issue 38 items 12-13). Everything here
 reads the config alone (numpy-free arithmetic on its numbers), so the CLI calls `check(config)`
-before it imports TensorFlow; `fedmf.program.loop.build_run` repeats the same checks for library
+before it imports TensorFlow; `fedmf.program.training_run.build_run` repeats the same checks for library
 callers that skip the CLI.
 
 * the model: its parameters (closed form, `fedmf.tasks.model_sizes`) times the copies a run holds,
@@ -19,7 +19,8 @@ from fedmf.mf import resources
 from fedmf.mf import strategies
 from fedmf.participation import ParticipationError, schedules
 from fedmf.program import plan as plan_lib
-from fedmf.program.config import ConfigError, TrainingConfig
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import TrainingConfig
 from fedmf.tasks import model_sizes
 
 # Clients per TFF call: bounds the worker's memory (~54 MB per client of the 4M-parameter LSTM).

@@ -57,6 +57,8 @@ class RunInputs:
     sources: For each value, the file it came from (for messages).
     sampling: The cyclic Poisson sampling config.json declares (`participation.model:
       cyclic-poisson`), checked by the audit and credited if the log complies; else None.
+    count_noise_multiplier: z_b of the run's adaptive clipping as accounted (plan.json's
+      adaptive_clip.count_noise_multiplier); None for a fixed clip.
   """
 
   directory: Path
@@ -72,6 +74,7 @@ class RunInputs:
   notes: tuple[str, ...]
   sources: dict[str, str]
   sampling: Optional[Any] = None
+  count_noise_multiplier: Optional[float] = None
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -242,6 +245,19 @@ def read_run(path: str | Path) -> RunInputs:
 
   planned = plan.get("epsilon")
   planned = float(planned) if isinstance(planned, (int, float)) else None
+  count_noise = None
+  adaptive = plan.get("adaptive_clip")
+  if adaptive is not None:
+    if (
+      not isinstance(adaptive, dict)
+      or _number(adaptive, "count_noise_multiplier", plan_path) is None
+    ):
+      raise RunDirError(
+        f"{plan_path}: field 'adaptive_clip' must hold the run's count_noise_multiplier, got "
+        f"{str(adaptive)[:60]!r}"
+      )
+    count_noise = _number(adaptive, "count_noise_multiplier", plan_path)
+    sources["count_noise_multiplier"] = str(plan_path)
   sampling = declared_sampling(config, summary, min_sep, config_path)
   notes.extend(plan_notes(plan, sampling_audited=sampling is not None))
   return RunInputs(
@@ -258,6 +274,7 @@ def read_run(path: str | Path) -> RunInputs:
     notes=tuple(notes),
     sources=sources,
     sampling=sampling,
+    count_noise_multiplier=count_noise,
   )
 
 

@@ -149,7 +149,7 @@ def _simulate_into(run, out: Path, run_id: str, start: float, bar, report: bool,
   bar.set_stage("evaluating the initial model")
   initial = run.task.evaluate(run.server.weights)
   log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
-  metrics = outputs.MetricsWriter(out)
+  metrics = outputs.MetricsWriter(out, columns=outputs.metric_columns(run.adaptive))
   bar.set_stage(None)
   try:
     with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:

@@ -22,8 +22,9 @@ ROOT holds:
 
 Crash safety (why each piece is there):
   * a checkpoint (state version = rounds completed) holds the model, the server optimizer, the noise
-    stream, the participation iterator, the privacy meter and the seed; version 0 is saved before
-    round 0. `FileProgramStateManager` writes a temporary directory and renames it (atomic);
+    stream, the participation iterator, the privacy meter, the seed and, with adaptive clipping,
+    ζ (float64, so the resumed ζ trajectory is bit-identical); version 0 is saved before round 0.
+    `FileProgramStateManager` writes a temporary directory and renames it (atomic);
   * on resume the logs are truncated to the checkpoint and the rounds after it are recomputed:
     cohorts are keyed by (seed, round), the noise by (seed, round) with restored buffers, and the
     chunk sums are added in a fixed order, so the recomputed aggregate is the same; the journal
@@ -95,7 +96,7 @@ class ModelReleaseManager(tff.program.ReleaseManager):
 class MetricsJournal(tff.program.ReleaseManager):
   """metrics.csv of a resumable run: a release manager keyed by the round whose rows are appended
   and fsynced (`atomic_files.Journal`), in the column order of `fedmf simulate`'s metrics.csv
-  (`outputs.METRIC_COLUMNS`).
+  (`outputs.metric_columns`: with adaptive clipping also ζ_t and the noisy fraction within it).
 
   Why not TFF's `CSVFileReleaseManager`: it orders columns alphabetically (it flattens the value
   as a sorted structure) and rewrites the whole file whenever a round brings a new key (the first
@@ -105,20 +106,21 @@ class MetricsJournal(tff.program.ReleaseManager):
   earlier version wrote it in another column order, rewritten in this one.
   """
 
-  def __init__(self, path: Path, resume_below: int):
+  def __init__(
+    self, path: Path, resume_below: int, columns: tuple[str, ...] = outputs.METRIC_COLUMNS
+  ):
     from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
     self.path = Path(path)
     if self.path.exists():
       participation_log.truncate_csv_by_round(self.path, resume_below)
-      _reorder_columns(self.path, outputs.METRIC_COLUMNS)
-    self._journal = atomic_files.Journal(
-      self.path, ",".join(outputs.METRIC_COLUMNS) + "\n", newline=""
-    )
+      _reorder_columns(self.path, columns)
+    self._journal = atomic_files.Journal(self.path, ",".join(columns) + "\n", newline="")
+    self._columns = columns
 
   async def release(self, value: dict[str, float], key: int) -> None:
     row = {k: int(v) if k in training_run.INT_METRICS else v for k, v in value.items()}
-    self._journal.append(outputs.metrics_row({"round": int(key), **row}))
+    self._journal.append(outputs.metrics_row({"round": int(key), **row}, self._columns))
 
   def close(self) -> None:
     self._journal.close()
@@ -197,6 +199,8 @@ def program_state(
     noise = training_run.noise_state_template(run)
   else:
     noise = run.noise.state() if run.noise is not None else []
+  # ζ_t of an adaptive clip (a fixed clip's checkpoint keeps the layout it always had).
+  clip = {"clip": np.float64(math.nan if template else run.clip.state())} if run.adaptive else {}
   # The canaries' seed, rounds and projections so far (only with `canaries:`: a run without them
   # keeps the checkpoint structure it always had).
   canaries = {} if run.canaries is None else {"canaries": run.canaries.state()}
@@ -215,6 +219,7 @@ def program_state(
       "max_participations": np.int64(meter["max_participations"]),
     },
     "data_iterator": run.data_iterator,
+    **clip,
     **canaries,
   }
 
@@ -229,6 +234,8 @@ def restore_state(run: training_run.TrainingRun, state: dict) -> float:
   training_run.start_noise(run, int(np.uint64(state["noise_seed"])))
   if run.noise is not None:
     run.noise.restore([np.asarray(x) for x in state["noise"]])
+  if run.adaptive:
+    run.clip.restore(np.float64(state["clip"]))
   meter = state["meter"]
   run.meter.restore({k: np.asarray(v) for k, v in meter.items()})
   run.data_iterator = state["data_iterator"]
@@ -414,7 +421,9 @@ def _run_program(
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
   config = run.config
-  metrics_csv = MetricsJournal(root / "metrics.csv", resume_below=version)
+  metrics_csv = MetricsJournal(
+    root / "metrics.csv", resume_below=version, columns=outputs.metric_columns(run.adaptive)
+  )
   metrics = (metrics_csv, tff.program.TensorBoardReleaseManager(str(root / "tensorboard")))
   journal = ReleaseJournal(root / JOURNAL)
   try:
@@ -486,6 +495,8 @@ def _all_records(root: Path) -> list[training_run.RoundRecord]:
         early_admitted=value("early_admitted", int) or 0,
         clipped=value("clipped", int) or 0,
         zeroed=value("zeroed", int) or 0,
+        clip_norm=value("clip_norm"),
+        unclipped_fraction=value("unclipped_fraction"),
         accuracy=value("accuracy"),
         test_loss=value("test_loss"),
         epsilon=value("epsilon"),

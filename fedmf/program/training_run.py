@@ -10,7 +10,10 @@ BLT Alg. 1):
   3. the server adds ζ·σ·[C⁻¹ z]_t from the strategy's stream (computed in a background thread
      during step 2), divides by the clients per round and applies SGD with momentum under the
      learning-rate schedule (`fedmf.program.server`);
-  4. the privacy meter records who took part.
+  4. with `clip_norm: adaptive`, the server releases the noisy count of clients within ζ_t and
+     moves ζ toward the target quantile for the next round (`fedmf.tff.adaptive_clip`; Andrew et
+     al. 2021): round t clips to and scales its noise by ζ_t (`TrainingRun.clip_norm`);
+  5. the privacy meter records who took part.
 
 `build_run(config)` makes everything a run needs, once (the participation data source, the
 strategy and plan, the TFF computation, the server state and the seeded noise stream);
@@ -37,7 +40,8 @@ from fedmf.program import plan as plan_lib
 from fedmf.program import platform
 from fedmf.program import preflight
 from fedmf.program import server as server_lib
-from fedmf.program.config import ConfigError, TrainingConfig
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import TrainingConfig
 from fedmf.program.meter import PrivacyMeter
 from fedmf.tff import dp_mean
 from fedmf.tff import host_noise
@@ -68,6 +72,10 @@ class RoundRecord:
   early_admitted: int = 0
   clipped: int = 0
   zeroed: int = 0
+  # ζ_t, the clip norm of this round (fixed or adaptive), and with adaptive clipping the noisy
+  # fraction of clients within it that moved ζ (b̃_t; metrics.csv of adaptive runs only).
+  clip_norm: Optional[float] = None
+  unclipped_fraction: Optional[float] = None
   accuracy: Optional[float] = None
   test_loss: Optional[float] = None
   epsilon: Optional[float] = None
@@ -111,6 +119,9 @@ class TrainingRun:
   # rounds are computed while TFF trains the clients; `noise` is its state, from `start_noise`.
   noise_stream: Any = None
   noise_overlap: bool = True
+  # With `clip_norm: adaptive`: ζ on the host (`fedmf.tff.adaptive_clip.HostAdaptiveClip`), started
+  # with the noise (its count noise is keyed by the noise seed); None for a fixed clip.
+  clip: Any = None
   # The run's canary clients (`fedmf.program.canaries.RunCanaries`), None without `canaries:`.
   canaries: Any = None
 
@@ -119,9 +130,23 @@ class TrainingRun:
     return self.data_iterator.model
 
   @property
+  def adaptive(self) -> bool:
+    return self.config.recipe.adaptive
+
+  @property
+  def clip_norm(self) -> float:
+    """ζ of the next round to train: the fixed clip norm, or the adaptive clip's ζ_t (what round
+    t clips to and scales its noise by; `RoundRecord.clip_norm` records it per round)."""
+    if not self.adaptive:
+      return self.config.recipe.clip_norm
+    if self.clip is None:
+      raise RuntimeError("start_noise(run) before training: the adaptive clip starts with it")
+    return float(self.clip.value)
+
+  @property
   def noise_scale(self) -> float:
-    """ζ·σ on the sum (σ as used in training)."""
-    return self.config.recipe.clip_norm * self.plan.training_noise_multiplier
+    """ζ·σ on the sum of the next round (σ as used in training)."""
+    return self.clip_norm * self.plan.training_noise_multiplier
 
 
 class TrainingDiverged(FedmfUserError):
@@ -230,7 +255,8 @@ def build_run(
   client_round, _ = build_client_round(
     learning_model,
     client_learning_rate=config.recipe.client_learning_rate,
-    clip_norm=config.recipe.clip_norm,
+    # None: the round takes the adaptive clip's ζ_t as an argument.
+    clip_norm=None if config.recipe.adaptive else config.recipe.clip_norm,
     zeroing_linf=config.recipe.zeroing_linf,
   )
   # The chunks fix the order of the float sums: the same whatever the platform (workers).
@@ -274,7 +300,13 @@ def build_run(
     runner=runner,
     noise=None,
     server=server_lib.initial_server_state(weights),
-    meter=PrivacyMeter(strategy, plan.noise_multiplier, config.privacy.delta, task.num_clients),
+    meter=PrivacyMeter(
+      strategy,
+      plan.noise_multiplier,
+      config.privacy.delta,
+      task.num_clients,
+      count_noise_multiplier=plan.count_noise_multiplier,
+    ),
     shapes=shapes,
     noise_seed=noise_seed,
     noise_stream=stream if plan.training_noise_multiplier > 0 else None,
@@ -287,14 +319,25 @@ def build_run(
 
 
 def start_noise(run: TrainingRun, seed: Optional[int] = None) -> None:
-  """Allocates the run's noise stream state (round 0) for `seed` (default: the run's)."""
-  if run.noise is not None:
+  """Allocates the run's noise stream state (round 0) for `seed` (default: the run's), and starts
+  an adaptive clip at its initial ζ (its count noise is keyed by the same seed)."""
+  if run.noise is not None or run.clip is not None:
     raise RuntimeError("the run's noise stream is already started")
   if seed is not None:
     run.noise_seed = seed
   if run.noise_stream is not None:
     run.noise = host_noise.HostNoise(
       run.noise_stream, run.shapes, run.noise_seed, overlap=run.noise_overlap
+    )
+  if run.adaptive:
+    from fedmf.tff import adaptive_clip  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
+    from fedmf.tff import dp_mean  # pylint: disable=g-import-not-at-top
+
+    plan = run.plan
+    run.clip = adaptive_clip.HostAdaptiveClip(
+      plan.adaptive_clip,
+      dp_mean.seed_key(run.noise_seed),
+      adaptive_clip.count_stddev(plan.training_count_noise_multiplier),
     )
 
 
@@ -326,10 +369,12 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
 
   # Autotuning off for every task's datasets, a user's own too: it stalls TFF's worker.
   datasets = client_data.worker_datasets([run.task.client_dataset(int(i)) for i in cohort.clients])
-  result = run.runner.run(run.server.weights, datasets)
+  clip = run.clip_norm  # ζ_t
+  noise_scale = run.noise_scale
+  result = run.runner.run(run.server.weights, datasets, clip if run.adaptive else None)
   canary_ids = []
-  if run.canaries is not None:  # They join the clipped sum before the noise, like a client.
-    canary_ids = run.canaries.insert(r, result.clipped_sum, c.recipe.clip_norm)
+  if run.canaries is not None:  # They join the clipped sum before the noise, like a client, at ζ_t.
+    canary_ids = run.canaries.insert(r, result.clipped_sum, clip)
   row_norm = run.noise.row_norm() if run.noise is not None else 0.0
   noise = run.noise.next() if run.noise is not None else None
   lr = server_lib.learning_rate(
@@ -344,12 +389,15 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     run.server,
     result.clipped_sum,
     noise,
-    run.noise_scale,
+    noise_scale,
     c.program.clients_per_round,
     lr,
     c.recipe.server_momentum,
   )
   check_finite(run, r, result)
+  fraction = None
+  if run.adaptive:  # Round t's count release: ζ_{t+1} for the next round.
+    fraction = run.clip.update(r, result.within, result.clients)
   if run.canaries is not None:
     run.canaries.project(r, mean, c.program.clients_per_round)
   run.meter.record(r, cohort.clients)
@@ -359,12 +407,14 @@ def train_round(run: TrainingRun, cohort: Cohort) -> RoundRecord:
     loss=result.loss,
     round_seconds=time.perf_counter() - start,
     learning_rate=lr,
-    noise_stddev=run.noise_scale * row_norm / c.program.clients_per_round,
+    noise_stddev=noise_scale * row_norm / c.program.clients_per_round,
     checked_in=cohort.checked_in,
     refused_checkins=cohort.refused,
     early_admitted=cohort.early_admitted,
     clipped=result.clipped,
     zeroed=result.zeroed,
+    clip_norm=clip,
+    unclipped_fraction=fraction,
     noisy_mean=mean,
     canary_ids=canary_ids,
   )

@@ -1,5 +1,5 @@
-"""Datasets with public item features: MovieLens files (ML-10M/1M `::` format, ML-20M/25M CSV
-format), a synthetic two-tower generator, and the two evaluation protocols of the paper's App. E.1.
+"""Datasets with public item features: ratings, features, splits (the two evaluation protocols of
+the paper's App. E.1) and a synthetic two-tower generator (MovieLens files: `movielens.py`).
 
 A dataset holds ratings as parallel arrays (user, item, value) and the public item features as one
 sparse row-normalized "bag" matrix per feature category (univalent features are one-hot; multivalent
@@ -8,10 +8,7 @@ ones are averaged bags of words, App. E.1 "Model Architecture").
 
 from __future__ import annotations
 
-import csv
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from scipy import sparse
@@ -37,10 +34,47 @@ class Ratings:
   def subset(self, mask: np.ndarray) -> Ratings:
     return Ratings(self.users[mask], self.items[mask], self.values[mask])
 
+  def merged(self) -> Ratings:
+    """One row per (user, item) pair, in order of first occurrence, its value the mean of the
+    pair's rows. The statistics are computed on merged ratings: their sensitivity (Thm. 2) holds
+    for distinct items per user only (r copies of one rating would move A by √r·w̄Γ_u²)."""
+    first, inverse = pair_index(self.users, self.items)
+    if first.size == len(self):
+      return self
+    total = np.bincount(inverse, weights=self.values, minlength=first.size)
+    copies = np.bincount(inverse, minlength=first.size)
+    return Ratings(self.users[first], self.items[first], total / copies)
+
+
+def pair_index(users: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(first, inverse): `first` holds the row of each distinct (user, item) pair's first
+  occurrence, in row order; row i is pair `inverse[i]`."""
+  users = np.asarray(users, dtype=np.int64)
+  items = np.asarray(items, dtype=np.int64)
+  if users.size == 0:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64)
+  key = users * (int(items.max()) + 1) + items  # dense 0-based indices: no overflow below 2^63
+  _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+  order = np.argsort(first, kind="stable")  # pairs in order of first occurrence
+  rank = np.empty_like(order)
+  rank[order] = np.arange(order.size)
+  return first[order], rank[inverse.ravel()]
+
+
+def first_repeat(users: np.ndarray, items: np.ndarray) -> tuple[int, int] | None:
+  """(row, earlier row) of the first row repeating an earlier row's (user, item) pair, or None."""
+  first, inverse = pair_index(users, items)
+  if first.size == np.asarray(users).size:
+    return None
+  repeats = np.flatnonzero(first[inverse] != np.arange(inverse.size))
+  row = int(repeats[0])
+  return row, int(first[inverse[row]])
+
 
 @dataclass(frozen=True)
 class ItemFeatures:
-  """Public features: per category a (num_items x vocabulary) CSR matrix whose rows sum to 1."""
+  """Public features: per category a (num_items x vocabulary) CSR matrix whose rows sum to 1 (a
+  row of zeros: an item without that feature)."""
 
   names: tuple[str, ...]
   bags: tuple[sparse.csr_matrix, ...]
@@ -49,19 +83,35 @@ class ItemFeatures:
   def num_items(self) -> int:
     return int(self.bags[0].shape[0])
 
+  def with_item_ids(self) -> ItemFeatures:
+    """These features and one more category, the item's id (one-hot): the paper's id and
+    features+id variants (Fig. 2), letting the encoder learn what the features do not say."""
+    ids = sparse.identity(self.num_items, dtype=np.float64, format="csr")
+    return ItemFeatures((*self.names, "id"), (*self.bags, ids))
+
+
+@dataclass(frozen=True)
+class Heldout:
+  """Ratings to evaluate on. `history` (the 'recall' protocol only): the held-out users' other
+  ratings, from which each computes their embedding (UserUpdate) before `target` is ranked."""
+
+  target: Ratings
+  history: Ratings | None = None
+
 
 @dataclass(frozen=True)
 class Dataset:
-  """A split dataset. protocol 'rmse': random split of ratings (ML10M, App. E.1); 'recall': held-out
-  users whose ratings are split into history (for their UserUpdate) and target (Recall@20)."""
+  """A split dataset. protocol 'rmse': ratings split at random into train, validation and test
+  (ML10M, App. E.1); 'recall': held-out users (validation and test) whose ratings are split into
+  history and target (ML20M, Recall@20)."""
 
   name: str
   num_users: int
   features: ItemFeatures
   train: Ratings
-  test: Ratings
+  validation: Heldout
+  test: Heldout
   protocol: str = "rmse"
-  history: Ratings | None = None  # 'recall' only: held-out users' 80% history
   rating_offset: float = 0.0  # subtracted from ratings before training (a public constant)
 
 
@@ -79,107 +129,6 @@ def bags_from_tokens(tokens: list[list[str]]) -> sparse.csr_matrix:
 
 
 # ---------------------------------------------------------------------------------------------------
-# MovieLens.
-
-_YEAR = re.compile(r"\((\d{4})\)\s*$")
-MOVIELENS_FILES = {
-  "movielens-10m": ("movies.dat", "ratings.dat"),
-  "movielens-20m": ("movies.csv", "ratings.csv"),
-}
-
-
-def _read_lines(path: Path) -> list[str]:
-  raw = path.read_bytes()
-  try:
-    text = raw.decode("utf-8")
-  except UnicodeDecodeError:
-    text = raw.decode("latin-1")  # ML-1M and ML-10M titles are Latin-1.
-  return text.splitlines()
-
-
-def _movie_tokens(title: str, genres: str) -> tuple[list[str], list[str]]:
-  match = _YEAR.search(title.strip())
-  year = [match.group(1) if match else "unknown"]
-  return year, [g for g in genres.strip().split("|") if g] or ["(no genres listed)"]
-
-
-def _parse_movies(path: Path, separated_by_colons: bool) -> dict[int, tuple[list[str], list[str]]]:
-  movies: dict[int, tuple[list[str], list[str]]] = {}
-  lines = _read_lines(path)
-  rows = (line.split("::") for line in lines) if separated_by_colons else csv.reader(lines)
-  for number, row in enumerate(rows, start=1):
-    if not separated_by_colons and number == 1 and row and row[0] == "movieId":
-      continue  # header
-    if not row or (len(row) == 1 and not row[0].strip()):
-      continue
-    if len(row) != 3:
-      raise DataError(f"{path}:{number}: expected movieId, title, genres; got {len(row)} fields")
-    try:
-      movie = int(row[0])
-    except ValueError:
-      raise DataError(f"{path}:{number}: movie id {row[0]!r} is not an integer") from None
-    movies[movie] = _movie_tokens(row[1], row[2])
-  if not movies:
-    raise DataError(f"{path}: no movies")
-  return movies
-
-
-def _parse_ratings(path: Path, separated_by_colons: bool, movies) -> tuple[np.ndarray, ...]:
-  users, items, values = [], [], []
-  lines = _read_lines(path)
-  rows = (line.split("::") for line in lines) if separated_by_colons else csv.reader(lines)
-  for number, row in enumerate(rows, start=1):
-    if not separated_by_colons and number == 1 and row and row[0] == "userId":
-      continue
-    if not row or (len(row) == 1 and not row[0].strip()):
-      continue
-    if len(row) != 4:
-      raise DataError(
-        f"{path}:{number}: expected userId, movieId, rating, timestamp; got {len(row)} fields"
-      )
-    try:
-      user, movie, value = int(row[0]), int(row[1]), float(row[2])
-    except ValueError:
-      raise DataError(f"{path}:{number}: malformed rating row {','.join(row)!r}") from None
-    if not np.isfinite(value):
-      raise DataError(f"{path}:{number}: rating {row[2]!r} is not finite")
-    if movie not in movies:
-      raise DataError(f"{path}:{number}: movie {movie} is not in the movies file")
-    users.append(user)
-    items.append(movie)
-    values.append(value)
-  if not users:
-    raise DataError(f"{path}: no ratings")
-  return np.asarray(users), np.asarray(items), np.asarray(values, dtype=np.float64)
-
-
-def load_movielens(data: str, data_dir: str | Path) -> tuple[Ratings, ItemFeatures, int]:
-  """Ratings (dense indices), features (year, genres) and the number of users of a MovieLens dir."""
-  if data not in MOVIELENS_FILES:
-    raise DataError(f"unknown MovieLens format {data!r}; known: {', '.join(MOVIELENS_FILES)}")
-  directory = Path(data_dir)
-  movies_name, ratings_name = MOVIELENS_FILES[data]
-  missing = [n for n in (movies_name, ratings_name) if not (directory / n).is_file()]
-  if missing:
-    raise DataError(f"{data} data not found: looked for {', '.join(missing)} in {directory}")
-  colons = movies_name.endswith(".dat")
-  movies = _parse_movies(directory / movies_name, colons)
-  raw_users, raw_items, values = _parse_ratings(directory / ratings_name, colons, movies)
-  movie_ids = sorted(movies)
-  item_index = {m: k for k, m in enumerate(movie_ids)}
-  _, users = np.unique(raw_users, return_inverse=True)
-  items = np.fromiter((item_index[m] for m in raw_items.tolist()), np.int64, raw_items.size)
-  features = ItemFeatures(
-    ("year", "genres"),
-    (
-      bags_from_tokens([movies[m][0] for m in movie_ids]),
-      bags_from_tokens([movies[m][1] for m in movie_ids]),
-    ),
-  )
-  return Ratings(users.astype(np.int64), items, values), features, int(users.max()) + 1
-
-
-# ---------------------------------------------------------------------------------------------------
 # Splits (App. E.1, "Evaluation").
 
 
@@ -188,20 +137,23 @@ def random_split(
   ratings: Ratings,
   features: ItemFeatures,
   num_users: int,
+  validation_fraction: float,
   test_fraction: float,
   rng,
   rating_offset: float,
 ) -> Dataset:
-  """The ML10M protocol: ratings split at random; metric RMSE on the test ratings."""
-  test = rng.random(len(ratings)) < test_fraction
+  """The ML10M protocol: ratings split at random into train, validation and test; RMSE."""
+  draw = rng.random(len(ratings))
+  test = draw < test_fraction
+  validation = ~test & (draw < test_fraction + validation_fraction)
   return Dataset(
     name,
     num_users,
     features,
-    ratings.subset(~test),
-    ratings.subset(test),
+    ratings.subset(~test & ~validation),
+    Heldout(ratings.subset(validation)),
+    Heldout(ratings.subset(test)),
     "rmse",
-    None,
     rating_offset,
   )
 
@@ -217,27 +169,34 @@ def heldout_user_split(
   top_item_fraction: float = 0.1,
   history_fraction: float = 0.8,
 ) -> Dataset:
-  """The ML20M protocol: training on the other users' ratings of the 10% most frequent movies;
-  each held-out user's ratings split 80/20 into history and target (Recall@20 excludes history)."""
-  heldout_users = rng.random(num_users) < heldout_fraction
-  if not heldout_users.any() or heldout_users.all():
+  """The ML20M protocol: `heldout_fraction` of the users held out for test and as many for
+  validation; training on the other users' ratings of the 10% most frequent movies; each held-out
+  user's ratings split 80/20 into history and target (Recall@20 excludes the history)."""
+  draw = rng.random(num_users)
+  test_users = draw < heldout_fraction
+  validation_users = ~test_users & (draw < 2 * heldout_fraction)
+  if not test_users.any() or not validation_users.any() or (test_users | validation_users).all():
     raise DataError("the held-out user split is empty; use more users or change heldout_users")
   counts = np.bincount(ratings.items, minlength=features.num_items)
   keep = max(1, round(top_item_fraction * features.num_items))
   top_items = np.zeros(features.num_items, dtype=bool)
   top_items[np.argsort(-counts, kind="stable")[:keep]] = True
-  in_heldout = heldout_users[ratings.users]
-  train = ratings.subset(~in_heldout & top_items[ratings.items])
-  heldout = ratings.subset(in_heldout)
-  is_history = rng.random(len(heldout)) < history_fraction
+  heldout = test_users[ratings.users] | validation_users[ratings.users]
+  train = ratings.subset(~heldout & top_items[ratings.items])
+  is_history = rng.random(len(ratings)) < history_fraction
+
+  def part(users: np.ndarray) -> Heldout:
+    mine = users[ratings.users]
+    return Heldout(ratings.subset(mine & ~is_history), ratings.subset(mine & is_history))
+
   return Dataset(
     name,
     num_users,
     features,
     train,
-    heldout.subset(~is_history),
+    part(validation_users),
+    part(test_users),
     "recall",
-    heldout.subset(is_history),
     rating_offset,
   )
 
@@ -258,11 +217,14 @@ class SyntheticSpec:
   mean_ratings_per_user: float = 25.0
   item_residual: float = 0.3  # item-specific part of the true item vector, beyond its features
   label_noise: float = 0.3
+  user_bias: float = 0.3  # std of the true user biases
+  item_bias: float = 0.3  # std of the true item biases (features and an item-specific part)
 
 
 def synthetic_ratings(spec: SyntheticSpec, rng) -> tuple[Ratings, ItemFeatures]:
-  """Zipfian items, log-normal user counts, labels u*·v* + noise where v* is mostly a function of
-  the item's public features (year, 1-3 genres), so a feature encoder can learn tail items."""
+  """Zipfian items, log-normal user counts, labels u*·v* + c*_k + e*_j + noise where v* and half
+  of the item bias e* are functions of the item's public features (year, 1-3 genres, people), so a
+  feature encoder can learn tail items."""
   years = rng.integers(spec.num_years, size=spec.num_items)
   genre_lists = [
     sorted(rng.choice(spec.num_genres, size=rng.integers(1, 4), replace=False).tolist())
@@ -308,4 +270,11 @@ def synthetic_ratings(spec: SyntheticSpec, rng) -> tuple[Ratings, ItemFeatures]:
   users_arr, items_arr = np.concatenate(users), np.concatenate(items)
   values = np.einsum("nd,nd->n", true_users[users_arr], true_items[items_arr])
   values += rng.normal(0.0, spec.label_noise, values.shape)
+  # Biases (drawn last, so the rest of the data is that of the generator without them): the
+  # item's half from its genres (public), half item-specific; the user's own.
+  genre_bias = rng.normal(0.0, spec.item_bias / np.sqrt(2), spec.num_genres)
+  item_bias = np.array([genre_bias[gs].mean() for gs in genre_lists])
+  item_bias += rng.normal(0.0, spec.item_bias / np.sqrt(2), spec.num_items)
+  user_bias = rng.normal(0.0, spec.user_bias, spec.num_users)
+  values += item_bias[items_arr] + user_bias[users_arr]
   return Ratings(users_arr.astype(np.int64), items_arr.astype(np.int64), values), features

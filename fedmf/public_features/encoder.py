@@ -2,7 +2,8 @@
 
 v(x_j) = concat_c(X_c[j] E_c) W + b: one embedding table E_c per feature category (rows of X_c are
 averaged bags of words, so multivalent features average their embeddings), concatenated into R^{Cd}
-and a dense layer to R^d. Because X_c is sparse, the backward pass touches only the active features
+and a dense layer to R^d (R^{d+1} with biases: the last output is the item bias, and its entry of
+b the global offset learned through the private statistics). Because X_c is sparse, the backward pass touches only the active features
 (the gradient sparsity of the paper's §3.2).
 """
 
@@ -38,12 +39,18 @@ class EncoderParams:
     return int(sum(e.size for e in self.embeddings) + self.dense.size + self.bias.size)
 
 
-def init_encoder(features: ItemFeatures, dim: int, rng, scale: float = 0.3) -> EncoderParams:
-  """Random data-independent initialization (public: it costs no privacy)."""
+def init_encoder(
+  features: ItemFeatures, dim: int, rng, scale: float = 0.3, out_dim: int | None = None
+) -> EncoderParams:
+  """Random data-independent initialization (public: it costs no privacy): embeddings of width
+  `dim`, outputs of width `out_dim` (default `dim`); outputs beyond `dim` (the item bias) start
+  at 0."""
+  out_dim = dim if out_dim is None else out_dim
   embeddings = tuple(rng.normal(0.0, scale, (b.shape[1], dim)) for b in features.bags)
   width = dim * len(features.bags)
   dense = rng.normal(0.0, 1.0 / np.sqrt(width), (width, dim))
-  return EncoderParams(embeddings, dense, np.zeros(dim))
+  dense = np.hstack([dense, np.zeros((width, out_dim - dim))])
+  return EncoderParams(embeddings, dense, np.zeros(out_dim))
 
 
 def hidden(features: ItemFeatures, params: EncoderParams) -> np.ndarray:
@@ -62,7 +69,7 @@ def backward(
   """Σ_j (∂v_j/∂θ)ᵀ grad_items[j]: the chain rule of Prop. 1, eq. (4), through the encoder."""
   h = hidden(features, params)
   grad_hidden = grad_items @ params.dense.T
-  d = params.dense.shape[1]
+  d = params.embeddings[0].shape[1]
   grads = tuple(b.T @ grad_hidden[:, c * d : (c + 1) * d] for c, b in enumerate(features.bags))
   return EncoderParams(grads, h.T @ grad_items, grad_items.sum(axis=0))
 
@@ -78,7 +85,8 @@ def per_user_gradients(
   """Flat per-user gradients (num_rows, |θ|), sparse: row r is Σ_{i: owner[i]=r}
   (∂v_{items[i]}/∂θ)ᵀ grad_items[i] (for DP-SGD's per-user clipping). Only the embedding rows of
   features active for the user's items are nonzero, so wide vocabularies stay cheap."""
-  n, d = len(items), params.dense.shape[1]
+  n, d = len(items), params.embeddings[0].shape[1]
+  out_dim = params.dense.shape[1]
   grad_hidden = grad_items @ params.dense.T
   rows, cols, vals = [], [], []
   offset = 0
@@ -90,14 +98,14 @@ def per_user_gradients(
     offset += b.shape[1] * d
   h = hidden(features, params)[items]
   width = h.shape[1]
-  rows.append(np.repeat(owner, width * d))
-  cols.append(np.tile(offset + np.arange(width * d), n))
+  rows.append(np.repeat(owner, width * out_dim))
+  cols.append(np.tile(offset + np.arange(width * out_dim), n))
   vals.append(np.einsum("nh,nd->nhd", h, grad_items).ravel())
-  offset += width * d
-  rows.append(np.repeat(owner, d))
-  cols.append(np.tile(offset + np.arange(d), n))
+  offset += width * out_dim
+  rows.append(np.repeat(owner, out_dim))
+  cols.append(np.tile(offset + np.arange(out_dim), n))
   vals.append(grad_items.ravel())
-  offset += d
+  offset += out_dim
   out = sparse.coo_matrix(
     (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(num_rows, offset)
   )

@@ -6,7 +6,7 @@
   L-BFGS instead of plain gradient steps (both post-process the same statistics).
 - DP-ALS (item ids only, Chien et al. 2021): v_j = (Â_j + λ_v I)^{-1} b̂_j per item.
 - DP-SGD (Algorithm 6, at user level): T steps on Poisson-sampled users, each user's gradient of
-  ½ Σ_{i∈Ω_k} (ū_k·v_{j_i} − ȳ_i)² clipped to Γ_g, Gaussian noise σ Γ_g on the sum.
+  ½ Σ_{i∈Ω_k} w_i (ū_k·v_{j_i} − ȳ_i)² clipped to Γ_g, Gaussian noise σ Γ_g on the sum.
 """
 
 from __future__ import annotations
@@ -50,6 +50,23 @@ def als_item_update(stats: Statistics, reg_item: float) -> np.ndarray:
   return np.linalg.solve(stats.a + reg_item * np.eye(d), stats.b[..., None])[..., 0]
 
 
+def cmf_item_update(
+  stats: Statistics, features: np.ndarray, item_side: np.ndarray, weight: float, reg_item: float
+) -> np.ndarray:
+  """DP-CMF item embeddings (m, d) (Curmei et al. 2023): collective matrix factorization of the
+  ratings beside the public feature matrix X (m × p). The feature embeddings W (p × d) are fitted
+  to the current item side (public: released embeddings and public features),
+  W = Xᵀ V (VᵀV + λ I)^{-1}; each item then solves its noisy normal equations with the features'
+  rows added as α-weighted pseudo-users: v_j = (Â_j + α WᵀW + λ I)^{-1} (b̂_j + α X_j W).
+  α = 0 is DP-ALS."""
+  d = stats.b.shape[1]
+  v = np.asarray(item_side, dtype=np.float64)
+  w = np.linalg.solve(v.T @ v + reg_item * np.eye(d), (features.T @ v).T).T  # (p, d)
+  gram = stats.a + weight * (w.T @ w) + reg_item * np.eye(d)
+  rhs = stats.b + weight * (features @ w)
+  return np.linalg.solve(gram, rhs[..., None])[..., 0]
+
+
 def dpsgd_item_update(
   features: ItemFeatures,
   params: encoder.EncoderParams,
@@ -59,6 +76,7 @@ def dpsgd_item_update(
   labels: np.ndarray,
   num_users: int,
   *,
+  weights: np.ndarray | None = None,
   steps: int,
   sampling_probability: float,
   clip_norm: float,
@@ -67,7 +85,9 @@ def dpsgd_item_update(
   reg_params: float,
   rng,
 ) -> encoder.EncoderParams:
-  """User-level DP-SGD on the public encoder (Algorithm 6; the forward pass once per step)."""
+  """User-level DP-SGD on the public encoder (Algorithm 6; the forward pass once per step). Each
+  sampled user's gradient of ½ Σ_{i∈Ω_k} w_i (ū_k·v_{j_i} − ȳ_i)² (`weights` w_i: the App. E.1
+  budget allocation, or 1) is clipped to Γ_g."""
   flat = params.flat()
   expected_batch = sampling_probability * num_users
   by_user = np.argsort(users, kind="stable")
@@ -81,6 +101,8 @@ def dpsgd_item_update(
       v = encoder.forward(features, p)
       u = user_vectors[users[rows]]
       residual = np.einsum("nd,nd->n", u, v[items[rows]]) - labels[rows]
+      if weights is not None:
+        residual = residual * weights[rows]
       # Per-user gradients (one row per sampled user), clipped to Γ_g (user-level sensitivity).
       owner = np.searchsorted(chosen, users[rows])
       per_user = encoder.per_user_gradients(

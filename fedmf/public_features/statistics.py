@@ -3,7 +3,8 @@
 Weights (App. E.1, "Privacy Budget Allocation", from Krichene et al. 2023 eqs. (11)-(12)):
 w_i = w̄ n̂_{j_i}^{-1/4} / sqrt(Σ_{i'∈Ω_k} n̂_{j_i'}^{-1/2}), so Σ_{i∈Ω_k} w_i² = w̄² for every user k,
 where n̂ are DP item counts. With these weights one user changes A = [A_1|…|A_m] by at most w̄ Γ_u² and
-b by at most w̄ Γ_u Γ_y in Frobenius norm (proof of Thm. 2, App. B.2): `sensitivities`.
+b by at most w̄ Γ_u Γ_y in Frobenius norm (proof of Thm. 2, App. B.2): `sensitivities`. With biases
+the user side is [Clip(u, Γ_u), β] (`user_side`) and Γ_u becomes Γ̃ = sqrt(Γ_u² + β²).
 The noise is added once (SSP2, Algorithm 3 lines 4-5): A_j + σ Γ_u² N^{d×d} (symmetric, upper triangle
 i.i.d.; releasing the upper triangle is post-processed into the symmetric matrix) and b_j + σ Γ_u Γ_y N^d.
 """
@@ -100,9 +101,30 @@ def sufficient_statistics(
   return Statistics(a, np.asarray(weighted_labels @ u))
 
 
-def sensitivities(wbar: float, clip_user: float, clip_label: float) -> tuple[float, float]:
-  """User-level L2 sensitivities of A and b (App. B.2): w̄ Γ_u² and w̄ Γ_u Γ_y."""
-  return wbar * clip_user**2, wbar * clip_user * clip_label
+def user_side(user_vectors: np.ndarray, clip_user: float, bias_scale: float | None) -> np.ndarray:
+  """ū_k = Clip(u_k, Γ_u) (Algorithm 3 line 2), with biases augmented by the constant β:
+  [Clip(u_k, Γ_u), β], so the item side's last coordinate fits the item bias (a regression with an
+  intercept); ‖ū_k‖ ≤ Γ̃ = sqrt(Γ_u² + β²)."""
+  clipped = np.asarray(user_vectors, dtype=np.float64)
+  norms = np.linalg.norm(clipped, axis=-1, keepdims=True)
+  clipped = clipped * np.minimum(1.0, clip_user / np.maximum(norms, 1e-300))
+  if bias_scale is None:
+    return clipped
+  return np.hstack([clipped, np.full((clipped.shape[0], 1), float(bias_scale))])
+
+
+def user_bound(clip_user: float, bias_scale: float | None = None) -> float:
+  """Γ̃, the bound on ‖ū_k‖ (`user_side`): Γ_u, or sqrt(Γ_u² + β²) with biases."""
+  return float(np.hypot(clip_user, bias_scale or 0.0))
+
+
+def sensitivities(
+  wbar: float, clip_user: float, clip_label: float, bias_scale: float | None = None
+) -> tuple[float, float]:
+  """User-level L2 sensitivities of A and b (App. B.2): w̄ Γ̃² and w̄ Γ̃ Γ_y, Γ̃ = `user_bound`:
+  ‖A − A′‖_F² = Σ_{i∈Ω_k} w_i² ‖ū_k ū_kᵀ‖_F² ≤ w̄² Γ̃⁴ for distinct items (`Ratings.merged`)."""
+  bound = user_bound(clip_user, bias_scale)
+  return wbar * bound**2, wbar * bound * clip_label
 
 
 def sample_noise(num_items: int, dim: int, rng) -> Statistics:
@@ -119,9 +141,12 @@ def add_noise(
   wbar: float,
   clip_user: float,
   clip_label: float,
+  bias_scale: float | None = None,
 ) -> Statistics:
   """Â = A + σ s_A N, b̂ = b + σ s_b N with σ the noise multiplier and s the sensitivities."""
-  s_a, s_b = sensitivities(wbar, clip_user, clip_label)
+  if noise_multiplier == 0:  # the non-private reference (epsilon inf): exactly no noise
+    return stats
+  s_a, s_b = sensitivities(wbar, clip_user, clip_label, bias_scale)
   return Statistics(
     stats.a + noise_multiplier * s_a * noise.a, stats.b + noise_multiplier * s_b * noise.b
   )

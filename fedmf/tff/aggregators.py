@@ -37,15 +37,13 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from fedmf.mf import streaming
+from fedmf.privacy import adaptive_clip as adaptive_lib
 from fedmf.tff import clipping
 from fedmf.tff import dp_mean
+from fedmf.tff import dp_process
 from fedmf.tff import noise as noise_lib
 
 __all__ = ['build_dp_aggregator', 'CorrelatedNoiseFactory']
-
-
-def _all_finite(tensors: list[tf.Tensor]) -> tf.Tensor:
-  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
 
 
 def clip_computation(value_type, clip: float):
@@ -68,12 +66,18 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     stream: streaming.NoiseStream,
     *,
     noise_multiplier: float,
-    clip_norm: float,
+    clip_norm: Union[float, str, adaptive_lib.AdaptiveClip],
     clients_per_round: float,
     noise_seed: Optional[int] = None,
+    record_aggregation_factory: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
   ):
-    self._clip_norm, self._scale, self._clients_per_round = dp_mean.dp_mean_arguments(
-      noise_multiplier, clip_norm, clients_per_round
+    self._dp = dp_process.DPMean.of(
+      noise_multiplier, clip_norm, clients_per_round, record_aggregation_factory
+    )
+    self._clip_norm, self._scale, self._clients_per_round = (
+      self._dp.clip_norm,
+      self._dp.fixed_scale,
+      self._dp.clients_per_round,
     )
     self._stream = stream
     self._seed = None if noise_seed is None else dp_mean.seed_key(noise_seed)
@@ -83,8 +87,13 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._stream
 
   @property
+  def adaptive_clip(self) -> Optional[adaptive_lib.AdaptiveClip]:
+    """The adaptive clip with its count noise multiplier resolved (None: a fixed clip)."""
+    return self._dp.adaptive
+
+  @property
   def clip_norm(self) -> float:
-    """ζ, the clip of each client update."""
+    """ζ, the clip of each client update (the initial ζ_0 of an adaptive clip)."""
     return self._clip_norm
 
   @property
@@ -95,6 +104,10 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   def create(self, value_type) -> tff.templates.AggregationProcess:
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f'value_type must be a structure of floats, got {value_type}')
+    if self._dp.adaptive is not None or self._dp.records is not None:
+      return dp_process.general_process(
+        value_type, self._dp, dp_process.StreamNoise(self._stream, self._seed)
+      )
     specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
     specs = tf.nest.flatten(specs_struct)
     stream = self._stream
@@ -132,30 +145,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
           noise_state, noise_lib.round_draws(state['seed'], round_index, specs), noise_lib.TF_OPS
         )
       mean = dp_mean.noised_mean(flat, noises, scale, cpr)
-      # Runtime guard: training stops in the round where the noise or the aggregate stops being
-      # finite (an overflowing sum of huge updates, σ·ζ beyond float32, a stream that overflows),
-      # never after. Non-finite client updates were zeroed above, and stay so.
-      finite_noise, finite_sum, finite_mean = (
-        _all_finite(noises),
-        _all_finite(flat),
-        _all_finite(mean),
-      )
-      guard = tf.debugging.Assert(
-        tf.logical_and(finite_mean, tf.logical_and(finite_noise, finite_sum)),
-        [
-          'fedmf: round',
-          round_index,
-          '(0-based): the noised mean is not finite; training stopped. Finite noise:',
-          finite_noise,
-          'finite clipped sum:',
-          finite_sum,
-          '(check noise_multiplier, clip_norm and clients_per_round; the clipped sum is at most',
-          tf.constant(clip),
-          'times the number of clients).',
-        ],
-      )
-      with tf.control_dependencies([guard]):
-        mean = [tf.identity(m) for m in mean]
+      mean = dp_mean.guarded(mean, noises, flat, round_index, clip)
       new_state = collections.OrderedDict(seed=state['seed'], noise=new_noise_state)
       stddev = tf.cast(scale * row_norm / cpr, tf.float32)
       return (new_state, tf.nest.pack_sequence_as(specs_struct, mean), round_index, stddev)
@@ -209,6 +199,7 @@ def build_dp_aggregator(
   clients_per_round: Union[int, float],
   noise_seed: Optional[int] = None,
   num_rounds: Optional[int] = None,
+  record_aggregation_factory: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
 ) -> tff.aggregators.UnweightedAggregationFactory:
   """The DP-mean aggregator factory for a correlated-noise strategy.
 
@@ -219,7 +210,13 @@ def build_dp_aggregator(
       online-honaker; full-honaker does not stream and is refused).
     noise_multiplier: σ, applied to C as loaded (sensitivity is the
       accountant's business): the sum gets clip_norm·σ·[C⁻¹ z]_i.
-    clip_norm: ζ, the L2 bound on each client update over the whole model.
+    clip_norm: ζ, the L2 bound on each client update over the whole model; or adaptive
+      clipping (Andrew et al. 2021): `fedmf.privacy.adaptive_clip.AdaptiveClip(target_quantile,
+      initial, learning_rate, count_noise_multiplier)` (or 'adaptive' for its defaults; z_b
+      defaults to clients_per_round/10): round t clips to and scales its noise by ζ_t, and
+      releases the count of clients within ζ_t with noise of std z_b/2 to move ζ (measurements
+      `clip_norm`, `unclipped_fraction`). Account it with the count releases composed in
+      (`fedmf.privacy.accounting.account(..., count_noise_multiplier=z_b)`).
     clients_per_round: the fixed denominator of the DP mean.
     noise_seed: an integer in [0, 2^64) (anything else is refused). None draws
       a fresh seed from OS randomness in every `initialize()`. The seed lives
@@ -227,6 +224,11 @@ def build_dp_aggregator(
     num_rounds: the horizon n for banded strategies (default: the BandMF
       file's n; required for a column-normalized band-toeplitz). Running past
       it fails with an InvalidArgumentError naming the horizon.
+    record_aggregation_factory: what sums the clipped records (None: `tff.federated_sum`):
+      `tff.aggregators.SumFactory()`, or `tff.aggregators.SecureSumFactory(upper_bound_threshold=ζ,
+      lower_bound_threshold=-ζ)` for secure summation: fedmf then clips with a quantization margin,
+      scales the records to the bounds, sums the counts securely too, and adds the noise after
+      the dequantized sum (`fedmf.tff.record_sum`; docs/aggregators.md, *Secure summation*).
 
   Returns:
     A `tff.aggregators.UnweightedAggregationFactory`; wrap it with
@@ -239,4 +241,5 @@ def build_dp_aggregator(
     clip_norm=clip_norm,
     clients_per_round=clients_per_round,
     noise_seed=noise_seed,
+    record_aggregation_factory=record_aggregation_factory,
   )

@@ -245,6 +245,13 @@ def canary_factory(
     strategy: the strategy of `inner`'s noise (required for 'worst-case').
     clip_norm, clients_per_round: ζ and B (default: `inner`'s, a fedmf factory's).
   """
+  if getattr(inner, 'adaptive_clip', None) is not None:
+    # The wrapper inserts its canaries at one ζ; an adaptive clip moves ζ inside `inner` every
+    # round, so the canaries' scale would be wrong (`fedmf simulate`/`train` follow ζ_t instead).
+    raise FedmfUserError(
+      'canary_factory does not wrap an aggregator with an adaptive clip (its clip norm changes '
+      'every round): use a fixed clip_norm, or canaries in fedmf simulate / fedmf train'
+    )
   clip_norm = getattr(inner, 'clip_norm', None) if clip_norm is None else clip_norm
   clients_per_round = (
     getattr(inner, 'clients_per_round', None) if clients_per_round is None else clients_per_round

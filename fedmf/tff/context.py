@@ -10,7 +10,9 @@ pipeline such as `python x.py | tail` then never sees EOF and hangs.
 
 This module builds the same stack as
 `tff.backends.native.create_sync_local_cpp_execution_context()` (same compiler,
-same remote executor), but it owns the worker process:
+same remote executor; secure sums, which the C++ runtime does not implement, run
+as their insecure equivalents, as in TFF's own test context), but it owns the
+worker process:
 
 * the worker's stdout/stderr go to /dev/null (or a log file), never to our pipes;
 * the worker runs in a network namespace of its own and is reached through a
@@ -168,6 +170,16 @@ class WorkerService:
       self._stop_process()
 
 
+def compile_for_simulation(comp):
+  """TFF's native compiler, after replacing secure-summation intrinsics (`federated_secure_sum`,
+  `federated_secure_sum_bitwidth`, `federated_secure_modular_sum`) with their insecure equivalents:
+  TFF's C++ runtime does not implement them, and a simulation has no parties to hide sums from
+  (`tff.backends.test`'s context does the same). A computation without them is unchanged; the
+  pipeline caches each computation's compilation."""
+  comp = tff.backends.test.replace_secure_intrinsics_with_bodies(comp)
+  return _native_compiler.desugar_and_transform_to_native(comp)
+
+
 def context_kwargs(service: WorkerService, default_num_clients: int = 0) -> dict:
   """The executor stack and compiler of TFF's native local context, over a worker we own."""
 
@@ -180,7 +192,7 @@ def context_kwargs(service: WorkerService, default_num_clients: int = 0) -> dict
 
   return dict(
     executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn),
-    compiler_fn=_native_compiler.desugar_and_transform_to_native,
+    compiler_fn=compile_for_simulation,
     transform_args=_tf_computation.transform_args,
     transform_result=_tf_computation.transform_result,
   )

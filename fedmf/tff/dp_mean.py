@@ -7,7 +7,8 @@ all three give the same bits for the same seed.
 The seed: `draw_noise_seed` (the one drawer, from OS randomness) and `seed_key` (the stateless
 RNG's int64[2] key of a seed in [0, 2^64)); the arguments (ζ, ζσ, B) checked once
 (`dp_mean_arguments`); the mean in TF (`noised_mean`) and in numpy (`noised_mean_numpy`), with the
-same operations in the same order.
+same operations in the same order; the finite guard that stops training in the round where the
+mean stops being finite (`guarded`).
 """
 
 from __future__ import annotations
@@ -77,12 +78,41 @@ def noised_mean(flat_sum: list, unit_noise: list, scale: float, cpr: float) -> l
 
   × float32(1/B), not ÷ B: TF's graph optimizer rewrites a division by a constant into this
   multiplication anyway, and writing it so gives the same bits here, in eager TF and in numpy
-  (the host server step, fedmf.program.server).
+  (the host server step, fedmf.program.server). `scale` (ζσ) is a Python float, or a float64
+  tensor ζ_t·σ under adaptive clipping (`fedmf.tff.dp_process`); either is rounded once to the
+  sum's dtype.
   """
   return [
     (t + tf.cast(scale, t.dtype) * z) * tf.cast(1.0 / cpr, t.dtype)
     for t, z in zip(flat_sum, unit_noise)
   ]
+
+
+def all_finite(tensors: list[tf.Tensor]) -> tf.Tensor:
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
+
+
+def guarded(mean: list, noises: list, flat: list, round_index, clip) -> list:
+  """The mean, after asserting that the noise, the sum and the mean are finite: training stops
+  in the round where one stops being finite (an overflowing sum of huge updates, σ·ζ beyond
+  float32, a stream that overflows), never after. Non-finite client updates were zeroed before."""
+  finite_noise, finite_sum, finite_mean = all_finite(noises), all_finite(flat), all_finite(mean)
+  guard = tf.debugging.Assert(
+    tf.logical_and(finite_mean, tf.logical_and(finite_noise, finite_sum)),
+    [
+      'fedmf: round',
+      round_index,
+      '(0-based): the noised mean is not finite; training stopped. Finite noise:',
+      finite_noise,
+      'finite clipped sum:',
+      finite_sum,
+      '(check noise_multiplier, clip_norm and clients_per_round; the clipped sum is at most',
+      clip if tf.is_tensor(clip) else tf.constant(clip),
+      'times the number of clients).',
+    ],
+  )
+  with tf.control_dependencies([guard]):
+    return [tf.identity(m) for m in mean]
 
 
 def flatten(value: Any) -> list:

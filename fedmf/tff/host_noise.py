@@ -16,6 +16,7 @@ computation.
 
 from __future__ import annotations
 
+import collections
 from typing import Optional, Sequence
 
 import numpy as np
@@ -25,9 +26,11 @@ from tensorflow_federated.python.core.impl.types import type_conversions
 
 from fedmf.errors import FedmfUserError
 from fedmf.mf import streaming
+from fedmf.tff import adaptive_clip as adaptive_tf
 from fedmf.tff import aggregators as aggregators_lib
 from fedmf.tff import client_data as client_data_lib
 from fedmf.tff import dp_mean
+from fedmf.tff import dp_process
 from fedmf.tff import noise as noise_lib
 
 
@@ -168,33 +171,51 @@ class HostNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
   The state is the round's unit-scale noise [C⁻¹ z]_t (one tensor per model tensor), put there by
   the host (`HostNoiseFedAvg.next`); the arithmetic is the factory's, so for the same noise the
-  mean is the same bits: (Σ clipped + ζσ·z) × float32(1/B) (BandMF Alg. 1; BLT Alg. 1).
+  mean is the same bits: (Σ clipped + ζσ·z) × float32(1/B) (BandMF Alg. 1; BLT Alg. 1). With an
+  adaptive clip or a record aggregation factory the state is OrderedDict(noise, [clip]) (with a
+  record factory inside OrderedDict(dp=..., records=...)), ζ_t set by the host too, and the
+  measurements give the host the counts it moves ζ with (`fedmf.tff.dp_process.general_process`).
   """
 
-  def __init__(self, *, noise_multiplier: float, clip_norm: float, clients_per_round: float):
-    self._clip, self._scale, self._cpr = dp_mean.dp_mean_arguments(
-      noise_multiplier, clip_norm, clients_per_round
+  def __init__(
+    self,
+    *,
+    noise_multiplier: float,
+    clip_norm,
+    clients_per_round: float,
+    record_aggregation_factory=None,
+  ):
+    self._dp = dp_process.DPMean.of(
+      noise_multiplier, clip_norm, clients_per_round, record_aggregation_factory
     )
+
+  @property
+  def general(self) -> bool:
+    """The state holds more than the noise (an adaptive clip or a record factory)."""
+    return self._dp.adaptive is not None or self._dp.records is not None
+
+  @property
+  def adaptive_clip(self):
+    return self._dp.adaptive
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f"value_type must be a structure of floats, got {value_type}")
+    if self.general:
+      return dp_process.general_process(value_type, self._dp, dp_process.StateNoise())
     specs_struct = type_conversions.type_to_tf_tensor_specs(value_type)
     specs = tf.nest.flatten(specs_struct)
-    scale, cpr = self._scale, self._cpr
+    scale, cpr = self._dp.fixed_scale, self._dp.clients_per_round
 
     @tff.tensorflow.computation
     def init_tf():
       return [tf.zeros(s.shape, s.dtype) for s in specs]
 
-    state_type = init_tf.type_signature.result
-    clip_tf = aggregators_lib.clip_computation(value_type, self._clip)
-    sum_type = clip_tf.type_signature.result[0]
+    clip_tf = aggregators_lib.clip_computation(value_type, self._dp.clip_norm)
 
-    @tff.tensorflow.computation(state_type, sum_type)
+    @tff.tensorflow.computation(init_tf.type_signature.result, clip_tf.type_signature.result[0])
     def noise_tf(noise, total):
-      flat = dp_mean.flatten(total)
-      mean = dp_mean.noised_mean(flat, tf.nest.flatten(noise), scale, cpr)
+      mean = dp_mean.noised_mean(dp_mean.flatten(total), tf.nest.flatten(noise), scale, cpr)
       return tf.nest.pack_sequence_as(specs_struct, mean)
 
     def server(state, total, counts):
@@ -210,21 +231,50 @@ class HostNoiseFedAvg:
   `output = p.next(state, client_data)` in your own loop; `output.state` goes into the next call.
   It is a Python object, not a TFF computation: for `tff.learning.programs.train_model` or a
   deployment that needs one computation, use `build_dp_fed_avg` (the stateful factory).
+
+  With an adaptive clip, `clip` (`fedmf.tff.adaptive_clip.HostAdaptiveClip`) holds ζ: each `next`
+  puts ζ_t in the aggregator's state and moves ζ with the round's noisy count of clients within
+  it (keyed by the noise seed), as the stateful factory does, bit for bit.
   """
 
-  def __init__(self, process, noise: HostNoise, shapes: Sequence[tuple[int, ...]]):
+  def __init__(
+    self, process, noise: HostNoise, shapes: Sequence[tuple[int, ...]], clip=None, general=False
+  ):
     self.process = process
     self.noise = noise
+    self.clip = clip
+    self._general = general
     self._shapes = [tuple(s) for s in shapes]
 
   def initialize(self):
     return self.process.initialize()
 
   def next(self, state, client_data):
+    round_index = self.noise.round
     noise = self.noise.next()  # round t's unit-scale noise (prefetched during the last call)
-    state = state._replace(aggregator=noise)
+    aggregator = noise
+    if self._general:
+      aggregator = state.aggregator
+      fields = dict(aggregator["dp"] if "dp" in aggregator else aggregator)
+      fields["noise"] = noise
+      if self.clip is not None:
+        fields["clip"] = np.float64(self.clip.value)
+      inner = collections.OrderedDict(fields)
+      aggregator = (
+        collections.OrderedDict(dp=inner, records=aggregator["records"])
+        if "dp" in aggregator
+        else inner
+      )
+    state = state._replace(aggregator=aggregator)
     # Autotuning off (fedmf.tff.client_data): otherwise each client's end can stall the round.
     output = self.process.next(state, client_data_lib.worker_datasets(client_data))
+    if self.clip is not None:  # Round t's count release: ζ_{t+1}.
+      measured = output.metrics["aggregator"]
+      measured = measured.get("dp", measured)
+      within = (
+        int(measured["clients"]) - int(measured["clipped_count"]) - int(measured["zeroed_count"])
+      )
+      self.clip.update(round_index, within, int(measured["clients"]))
     self.noise.prefetch()  # the next round's noise, computed while the caller does other work
     return output
 
@@ -232,15 +282,24 @@ class HostNoiseFedAvg:
     self.noise.close()
 
 
-def host_noise_fed_avg(process, stream: streaming.NoiseStream, noise_seed: Optional[int]):
-  """Wraps a FedAvg `process` built with a `HostNoiseFactory` aggregator: its noise, on the host.
+def host_noise_fed_avg(
+  process, stream: streaming.NoiseStream, noise_seed: Optional[int], factory: HostNoiseFactory
+):
+  """Wraps a FedAvg `process` built with `factory` as its aggregator: its noise, on the host.
 
-  For the same `noise_seed` the noise (and so the model) is the factory's; None draws one from OS
-  randomness (never stored in TFF's state).
+  For the same `noise_seed` the noise (and so the model, and an adaptive clip's ζ) is the stateful
+  factory's; None draws one from OS randomness (never stored in TFF's state).
   """
   weights_type = process.initialize.type_signature.result.member.global_model_weights.trainable
   shapes = [tuple(t.shape) for t in tff.structure.flatten(weights_type)]
   seed = dp_mean.draw_noise_seed() if noise_seed is None else int(noise_seed)
   noise = HostNoise(stream, shapes, seed, overlap=True)
   noise.prefetch()
-  return HostNoiseFedAvg(process, noise, shapes)
+  clip = None
+  if factory.adaptive_clip is not None:
+    clip = adaptive_tf.HostAdaptiveClip(
+      factory.adaptive_clip,
+      dp_mean.seed_key(seed),
+      adaptive_tf.count_stddev(factory.adaptive_clip.count_noise_multiplier),
+    )
+  return HostNoiseFedAvg(process, noise, shapes, clip=clip, general=factory.general)

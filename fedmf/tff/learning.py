@@ -35,6 +35,7 @@ def build_dp_fed_avg(
   num_rounds: Optional[int] = None,
   weighted: bool = False,
   noise_on_host: bool = False,
+  record_aggregation_factory: Any = None,
   **fed_avg_kwargs: Any,
 ):
   """FedAvg whose model update mean is the fedmf DP mean for `strategy`.
@@ -44,7 +45,8 @@ def build_dp_fed_avg(
       (or a functional model, as TFF accepts).
     strategy: strategy object, dict or JSON path (see `build_dp_aggregator`).
     noise_multiplier: σ applied to C as loaded.
-    clip_norm: L2 clip of each client's model delta.
+    clip_norm: L2 clip of each client's model delta; or adaptive clipping, as
+      `build_dp_aggregator` takes it (an `AdaptiveClip`, or 'adaptive').
     clients_per_round: fixed denominator of the DP mean.
     client_optimizer_fn: e.g. `tff.learning.optimizers.build_sgdm(0.1)`.
     server_optimizer_fn: e.g. `tff.learning.optimizers.build_sgdm(1.0, 0.9)`.
@@ -55,6 +57,9 @@ def build_dp_fed_avg(
     noise_on_host: keep the noise stream's state on the host, out of TFF's
       state (docs/aggregators.md: faster in your own loop; not one pure TFF
       computation). The same noise and model as the factory for the same seed.
+    record_aggregation_factory: what sums the clipped records (`SumFactory()` or
+      `SecureSumFactory(upper_bound_threshold=ζ, lower_bound_threshold=-ζ)`; see
+      `build_dp_aggregator`).
     **fed_avg_kwargs: passed on to TFF's FedAvg builder (e.g. `loop_implementation`).
 
   Returns:
@@ -64,8 +69,11 @@ def build_dp_fed_avg(
   """
   if noise_on_host:
     stream = noise_lib.make_noise_stream(strategy, num_rounds=num_rounds)  # as the factory does
-    aggregator = host_noise.HostNoiseFactory(
-      noise_multiplier=noise_multiplier, clip_norm=clip_norm, clients_per_round=clients_per_round
+    aggregator = factory = host_noise.HostNoiseFactory(
+      noise_multiplier=noise_multiplier,
+      clip_norm=clip_norm,
+      clients_per_round=clients_per_round,
+      record_aggregation_factory=record_aggregation_factory,
     )
   else:
     aggregator = build_dp_aggregator(
@@ -75,6 +83,7 @@ def build_dp_fed_avg(
       clients_per_round=clients_per_round,
       noise_seed=noise_seed,
       num_rounds=num_rounds,
+      record_aggregation_factory=record_aggregation_factory,
     )
   build = tff.learning.algorithms.build_unweighted_fed_avg
   if weighted:
@@ -88,7 +97,7 @@ def build_dp_fed_avg(
     **fed_avg_kwargs,
   )
   if noise_on_host:
-    return host_noise.host_noise_fed_avg(process, stream, noise_seed)
+    return host_noise.host_noise_fed_avg(process, stream, noise_seed, factory)
   return process
 
 

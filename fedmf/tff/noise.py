@@ -5,7 +5,8 @@ array backend (`fedmf.mf.streaming`); `TF_OPS` runs that same definition in Tens
 TFF computations (the aggregator) and on the host (the training program). `round_draws` gives the
 stream its standard normals: draw j of round t for tensor k is `tf.random.stateless_normal` keyed
 by (seed, t, j, k) with the Philox algorithm, so noise is a pure function of (seed, state) and a
-restored state continues bit for bit.
+restored state continues bit for bit. `count_draw` gives adaptive clipping's count its normal under
+the same seed, keyed apart from the model noise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tensorflow as tf
 from fedmf.mf import strategies as st
 from fedmf.mf import streaming
 
-__all__ = ['TF_OPS', 'TfOps', 'round_draws', 'make_noise_stream', 'horizon_checks']
+__all__ = ['TF_OPS', 'TfOps', 'round_draws', 'count_draw', 'make_noise_stream', 'horizon_checks']
 
 _RNG_ALG = 'philox'  # Fixed (not 'auto_select') so noise is device independent.
 
@@ -116,6 +117,18 @@ def round_draws(seed: tf.Tensor, round_index: tf.Tensor, specs: Specs) -> Callab
     ]
 
   return draw
+
+
+# The count releases of adaptive clipping draw under the seed folded with this tag first, the model
+# noise under the seed folded with the round t >= 0 first: two separate fold-in paths.
+COUNT_DRAW_TAG = -1
+
+
+def count_draw(seed: tf.Tensor, round_index: tf.Tensor) -> tf.Tensor:
+  """ξ_t: round t's standard normal (float64 scalar) for the noisy count of adaptive clipping
+  (`fedmf.tff.adaptive_clip`), keyed by (seed, tag, t), independent of the model noise's draws."""
+  key = _fold(_fold(seed, COUNT_DRAW_TAG), round_index)
+  return tf.random.stateless_normal([], seed=key, dtype=tf.float64, alg=_RNG_ALG)
 
 
 def make_noise_stream(strategy: Any, num_rounds: Optional[int] = None) -> streaming.NoiseStream:

@@ -30,6 +30,11 @@ class RoundResult:
   def finish(self) -> None:
     self.loss = self.loss_sum / self.examples if self.examples else float("nan")
 
+  @property
+  def within(self) -> int:
+    """Clients whose update was within the clip norm (neither clipped nor zeroed)."""
+    return self.clients - self.clipped - self.zeroed
+
 
 def add_chunk_result(result: RoundResult, out) -> None:
   """Adds one TFF call's output (a chunk of the cohort) into `result`, in place."""
@@ -77,12 +82,17 @@ class RoundRunner:
     size = self.clients_per_call or len(items) or 1
     return [items[i : i + size] for i in range(0, len(items), size)]
 
-  def run(self, weights: Sequence[np.ndarray], datasets: list) -> RoundResult:
+  def run(
+    self, weights: Sequence[np.ndarray], datasets: list, clip: Optional[float] = None
+  ) -> RoundResult:
+    """The cohort's clipped sum; `clip` is the round's ζ_t for a computation built with an
+    adaptive clip (`fedmf.tff.rounds.build_client_round(clip_norm=None)`), else None."""
     result = RoundResult(clipped_sum=zeros_like(self.shapes))
     if not datasets:
       return result
     model_weights = self._model_weights(weights)
+    extra = () if clip is None else (np.float64(clip),)
     for chunk in self.chunks(datasets):
-      add_chunk_result(result, self.client_round(model_weights, chunk))
+      add_chunk_result(result, self.client_round(model_weights, chunk, *extra))
     result.finish()
     return result

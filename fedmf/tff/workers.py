@@ -344,15 +344,19 @@ class PoolRunner(RoundRunner):
     super().__init__(client_round, shapes, clients_per_call)
     self.pool = pool
 
-  def run(self, weights: Sequence[np.ndarray], datasets: list) -> RoundResult:
+  def run(
+    self, weights: Sequence[np.ndarray], datasets: list, clip: Optional[float] = None
+  ) -> RoundResult:
     result = RoundResult(clipped_sum=[np.zeros(s, np.float32) for s in self.shapes])
     if not datasets:
       return result
     chunks = self.chunks(datasets)
     model_weights = self._model_weights(weights)
+    # An adaptive clip's round takes ζ_t as a third argument (fedmf.tff.rounds).
+    extra = [] if clip is None else [("clip", np.float64(clip))]
 
     def call(ctx, index: int):
-      arg = tff.structure.Struct([("weights", model_weights), ("data", chunks[index])])
+      arg = tff.structure.Struct([("weights", model_weights), ("data", chunks[index]), *extra])
       return ctx.invoke(self.client_round, arg)
 
     for out in self.pool.map_chunks(call, len(chunks)):  # Chunk order, whoever ran them.

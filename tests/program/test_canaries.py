@@ -15,6 +15,7 @@ import pytest
 
 from fedmf.cli import main as cli_main
 from fedmf.program import run_manifest
+from tests.helpers import settings
 
 TINY = [
   "task=synthetic",
@@ -43,7 +44,7 @@ def cache_dir(tmp_path_factory):
 
 def _simulate(out, extra):
   args = ["simulate", "--out", str(out), "--no-progress"]
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   assert cli_main.main(args) == 0
 
@@ -88,6 +89,19 @@ def test_real_clients_and_noise_are_unchanged_by_canaries(runs):
   assert [r["clients"] for r in metrics[0]] == [r["clients"] for r in metrics[1]]
   assert "empirical" not in json.loads((plain / "audit.json").read_text())
   assert not (plain / "canaries.npz").exists()
+
+
+def test_canaries_follow_an_adaptive_clip(tmp_path):
+  """With `clip_norm: adaptive` each round's canaries are inserted at that round's ζ_t (issue 36:
+  the canary scale follows ζ), and their projections are normalized by it."""
+  out = tmp_path / "adaptive"
+  _simulate(out, [*CANARIES, "clip_norm=adaptive", "adaptive_clip.initial=0.05"])
+  zeta = [float(r["clip_norm"]) for r in csv.DictReader(open(out / "metrics.csv"))]
+  assert len(set(zeta)) > 1  # ζ moved
+  data = np.load(out / "canaries.npz")
+  # metrics.csv holds 6 significant digits of ζ_t.
+  np.testing.assert_allclose(data["clip_norms"], zeta, rtol=1e-5)
+  assert json.loads((out / "audit.json").read_text())["count_releases"] >= 1
 
 
 def test_audit_reports_measured_privacy_with_the_contract_keys(runs, capsys):
@@ -160,7 +174,7 @@ def test_bad_canary_configs_are_refused_before_work(tmp_path, capsys):
     (["canaries.count=5", "canaries.held_out=1"], "canaries.held_out must be"),
   ):
     args = ["simulate", "--out", str(tmp_path / "x"), "--no-progress"]
-    for item in TINY + extra:
+    for item in settings(TINY, extra):
       args += ["--set", item]
     assert cli_main.main(args) == 2
     err = capsys.readouterr().err
@@ -177,7 +191,7 @@ def test_train_resumes_canaries_exactly(tmp_path):
 
   def command(root, extra):
     args = ["train", "--root", str(root), "--no-progress"]
-    for item in [*TINY, "rounds=8", "checkpoint_every=3", *extra]:
+    for item in settings(TINY, ["rounds=8", "checkpoint_every=3", *extra]):
       args += ["--set", item]
     return [sys.executable, "-m", "fedmf.cli.main", *args]
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.program.config import ConfigError, load_config
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +96,8 @@ def test_shipped_public_features_configs_validate(name):
 def test_stackoverflow_data_is_found_where_tff_and_keras_leave_it(tmp_path, monkeypatch):
   """Issue 26, B.7: without --data-dir, TFF's cache (~/.tff) holds stackoverflow.sqlite and Keras's
   datasets directory the word counts; the error names the place looked and the TFF call."""
-  from fedmf.program.config import ConfigError, load_config
+  from fedmf.config_parse import ConfigError
+  from fedmf.program.config import load_config
 
   monkeypatch.setenv("HOME", str(tmp_path))
   monkeypatch.delenv("KERAS_HOME", raising=False)

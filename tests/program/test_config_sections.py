@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from fedmf.program.config import ConfigError, config_from_dict, load_config
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import config_from_dict, load_config
 
 FLAT = """\
 task: synthetic
@@ -135,6 +136,16 @@ def test_errors_name_the_key_as_written(tmp_path, text, overrides, message):
   with pytest.raises(ConfigError, match=message) as e:
     _load(tmp_path, base + text, overrides)
   assert "\n" not in str(e.value)
+
+
+def test_config_json_order_is_the_legacy_one_then_new_keys_in_section_order(monkeypatch):
+  from fedmf.program import config as config_lib  # pylint: disable=import-outside-toplevel
+
+  assert list(config_lib.FLAT_ORDER) == CONFIG_JSON_KEYS
+  # A key added to a section later comes after the legacy keys, with no list to extend by hand.
+  extra = {**config_lib.FLAT_KEYS, "new_key": ("recipe", "new_key")}
+  monkeypatch.setattr(config_lib, "FLAT_KEYS", extra)
+  assert list(config_lib._flat_order()) == [*CONFIG_JSON_KEYS, "new_key"]  # noqa: SLF001
 
 
 def test_config_json_stays_flat_and_round_trips(tmp_path):

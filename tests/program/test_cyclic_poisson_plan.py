@@ -7,7 +7,8 @@ from fedmf.mf import strategies as st
 from fedmf.privacy import amplification
 from fedmf.program import preflight
 from fedmf.program import plan as plan_lib
-from fedmf.program.config import ConfigError, load_config
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import load_config
 
 
 def _config(tmp_path, *overrides):

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from fedmf.program.config import ConfigError, load_config
+from fedmf.config_parse import ConfigError
+from fedmf.program.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from fedmf.cli import main as cli_main
 from fedmf.participation import ParticipationConfig, build
 from fedmf.privacy import audit, participation_log
 from fedmf.tasks import stackoverflow as sod
-from tests.helpers import brute_min_sep
+from tests.helpers import brute_min_sep, settings
 
 TINY = [
   "task=synthetic",
@@ -32,7 +32,7 @@ TINY = [
 def _simulate(tmp_path, capsys, extra, name="run"):
   out = tmp_path / name
   args = ["simulate", "--out", str(out), "--no-progress"]
-  for item in TINY + extra:
+  for item in settings(TINY, extra):
     args += ["--set", item]
   code = cli_main.main(args + ["--json"])
   captured = capsys.readouterr()

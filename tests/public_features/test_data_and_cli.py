@@ -1,6 +1,8 @@
-"""MovieLens formats, splits, the synthetic data, and `fedmf public-features` end to end."""
+"""Splits, the baselines, and `fedmf public-features` end to end (readers: test_movielens.py; bad
+input and the run directory: test_cli_robustness.py)."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -8,90 +10,22 @@ import numpy as np
 import pytest
 
 from fedmf.cli import main as cli_main
+from fedmf.public_features import baselines
 from fedmf.public_features import data
 from fedmf.public_features import evaluation
-
-MOVIES_DAT = """1::Toy Story (1995)::Adventure|Animation|Children
-2::Jumanji (1995)::Adventure|Children|Fantasy
-3::Heat (1995)::Action|Crime|Thriller
-4::Some Film (2001)::Drama
-5::No Year::(no genres listed)
-"""
-MOVIES_CSV = """movieId,title,genres
-1,Toy Story (1995),Adventure|Animation|Children
-2,"American President, The (1995)",Comedy|Drama|Romance
-3,Heat (1995),Action|Crime|Thriller
-4,Some Film (2001),Drama
-5,No Year,(no genres listed)
-"""
+from tests.public_features import movielens_files as files
 
 
-def _ratings(rng, num_users=60, per_user=4):
-  rows = []
-  for user in range(1, num_users + 1):
-    for movie in rng.choice(5, size=per_user, replace=False) + 1:
-      rows.append((user, int(movie), float(rng.integers(1, 11)) / 2, 978300760))
-  return rows
-
-
-def write_ml10m(directory, rng):
-  directory.mkdir(parents=True, exist_ok=True)
-  (directory / "movies.dat").write_text(MOVIES_DAT, encoding="latin-1")
-  lines = [f"{u}::{m}::{r:g}::{t}" for u, m, r, t in _ratings(rng)]
-  (directory / "ratings.dat").write_text("\n".join(lines) + "\n")
-  return directory
-
-
-def write_ml20m(directory, rng):
-  directory.mkdir(parents=True, exist_ok=True)
-  (directory / "movies.csv").write_text(MOVIES_CSV)
-  lines = ["userId,movieId,rating,timestamp"] + [f"{u},{m},{r},{t}" for u, m, r, t in _ratings(rng)]
-  (directory / "ratings.csv").write_text("\n".join(lines) + "\n")
-  return directory
-
-
-def test_ml10m_format_is_parsed_with_year_and_genre_features(tmp_path):
-  ratings, features, num_users = data.load_movielens(
-    "movielens-10m", write_ml10m(tmp_path, np.random.default_rng(0))
-  )
-  assert num_users == 60 and len(ratings) == 240
-  assert features.names == ("year", "genres")
-  year, genres = features.bags
-  assert year.shape == (5, 3)  # vocabulary 1995, 2001, unknown (the title without a year)
-  np.testing.assert_allclose(np.asarray(genres.sum(axis=1)).ravel(), 1.0)  # averaged bags
-  # Toy Story has three genres, each weighted 1/3.
-  np.testing.assert_allclose(sorted(genres[0].data), [1 / 3] * 3)
-  assert set(np.unique(ratings.values)) <= {k / 2 for k in range(1, 11)}
-
-
-def test_ml20m_csv_with_quoted_titles_matches_the_same_movies(tmp_path):
-  ratings, features, _ = data.load_movielens(
-    "movielens-20m", write_ml20m(tmp_path, np.random.default_rng(0))
-  )
-  assert features.num_items == 5 and len(ratings) == 240
-  assert features.bags[0].shape[1] == 3  # 1995, 2001, unknown
-
-
-@pytest.mark.parametrize(
-  "bad_line, message",
-  [
-    ("7::1::x::0", "malformed rating row"),
-    ("7::99::4::0", "movie 99 is not in"),
-    ("7::1::4", "got 3"),
-  ],
-)
-def test_malformed_rating_rows_name_file_and_line(tmp_path, bad_line, message):
-  directory = write_ml10m(tmp_path, np.random.default_rng(0))
-  with open(directory / "ratings.dat", "a") as f:
-    f.write(bad_line + "\n")
-  with pytest.raises(data.DataError, match=message) as e:
-    data.load_movielens("movielens-10m", directory)
-  assert "ratings.dat:241" in str(e.value)
-
-
-def test_missing_directory_names_the_files_looked_for(tmp_path):
-  with pytest.raises(data.DataError, match="looked for movies.csv, ratings.csv"):
-    data.load_movielens("movielens-20m", tmp_path / "absent")
+def test_random_split_is_three_disjoint_parts_of_the_given_sizes():
+  rng = np.random.default_rng(0)
+  ratings, features = data.synthetic_ratings(data.SyntheticSpec(num_users=400, num_items=40), rng)
+  ds = data.random_split("synthetic", ratings, features, 400, 0.15, 0.1, rng, 0.0)
+  parts = (ds.train, ds.validation.target, ds.test.target)
+  assert sum(len(p) for p in parts) == len(ratings)
+  keys = [set(zip(p.users.tolist(), p.items.tolist())) for p in parts]
+  assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
+  assert len(ds.validation.target) / len(ratings) == pytest.approx(0.15, abs=0.02)
+  assert len(ds.test.target) / len(ratings) == pytest.approx(0.1, abs=0.02)
 
 
 def test_heldout_user_split_trains_on_the_top_items_only():
@@ -101,20 +35,40 @@ def test_heldout_user_split_trains_on_the_top_items_only():
   counts = np.bincount(ratings.items, minlength=50)
   top = set(np.argsort(-counts, kind="stable")[:5].tolist())
   assert set(np.unique(ds.train.items).tolist()) <= top
-  heldout = set(np.unique(ds.test.users).tolist()) | set(np.unique(ds.history.users).tolist())
-  assert not heldout & set(np.unique(ds.train.users).tolist())
-  assert len(ds.history) + len(ds.test) == np.isin(ratings.users, list(heldout)).sum()
-  assert 0.7 < len(ds.history) / (len(ds.history) + len(ds.test)) < 0.9
+  test_users = set(np.unique(np.concatenate([ds.test.target.users, ds.test.history.users])))
+  validation_users = set(
+    np.unique(np.concatenate([ds.validation.target.users, ds.validation.history.users]))
+  )
+  assert not test_users & validation_users
+  assert not (test_users | validation_users) & set(np.unique(ds.train.users).tolist())
+  held = ds.test.history, ds.test.target
+  assert 0.7 < len(held[0]) / (len(held[0]) + len(held[1])) < 0.9
 
 
 def test_recall_at_k_against_a_hand_computed_case():
-  users = np.eye(2)
-  items = np.array([[3.0, 0], [2.0, 0], [1.0, 0], [0, 5.0]])
+  scores = np.array([[3.0, 2.0, 1.0, 0.0], [0.0, 0.0, 0.0, 5.0]])
   history = data.Ratings(np.array([0]), np.array([0]), np.array([5.0]))
   target = data.Ratings(np.array([0, 0, 1]), np.array([1, 3, 3]), np.array([5.0, 5.0, 5.0]))
   # User 0: history item 0 excluded; top-2 of {1, 2, 3} by score is {1, 2}: 1 hit of min(2, 2).
   # User 1: top-2 contains item 3: 1 hit of min(2, 1). Mean (0.5 + 1) / 2.
-  assert evaluation.recall_at_k(users, items, history, target, 0.0, k=2) == pytest.approx(0.75)
+  users = np.array([0, 1])
+  assert evaluation.recall_at_k(scores, users, history, target, 0.0, k=2) == pytest.approx(0.75)
+
+
+def test_the_trivial_baselines_against_direct_computation():
+  rng = np.random.default_rng(2)
+  ratings, features = data.synthetic_ratings(data.SyntheticSpec(num_users=200, num_items=30), rng)
+  ds = data.random_split("synthetic", ratings, features, 200, 0.1, 0.1, rng, 0.0)
+  test = ds.test.target
+  mean = ds.train.values.mean()
+  expected = math.sqrt(np.mean((test.values - mean) ** 2))
+  assert baselines.global_mean(ds)["test_rmse"] == pytest.approx(expected, rel=1e-12)
+  item_means = {
+    j: ds.train.values[ds.train.items == j].mean() for j in np.unique(ds.train.items).tolist()
+  }
+  predicted = np.array([item_means.get(j, mean) for j in test.items.tolist()])
+  expected = math.sqrt(np.mean((test.values - predicted) ** 2))
+  assert baselines.item_mean(ds)["test_rmse"] == pytest.approx(expected, rel=1e-12)
 
 
 def _run(argv, capsys):
@@ -123,98 +77,70 @@ def _run(argv, capsys):
   return code, out, err
 
 
-@pytest.mark.parametrize("fmt", ["movielens-10m", "movielens-20m"])
-def test_movielens_runs_end_to_end(tmp_path, capsys, fmt):
-  writer = write_ml10m if fmt == "movielens-10m" else write_ml20m
-  directory = writer(tmp_path / "data", np.random.default_rng(2))
-  code, out, err = _run(
-    [
-      "public-features",
-      "--set",
-      f"data={fmt}",
-      "--set",
-      "outer_steps=2",
-      "--set",
-      "item_steps=5",
-      "--set",
-      "heldout_users=0.3",
-      "--data-dir",
-      str(directory),
-      "--out",
-      str(tmp_path / "out"),
-    ],
-    capsys,
-  )
+SMALL = ["--set", "outer_steps=2", "--set", "item_steps=5", "--set", "heldout_users=0.2"]
+
+
+@pytest.mark.parametrize("layout", files.LAYOUTS)
+def test_movielens_runs_end_to_end(tmp_path, capsys, layout):
+  directory = files.write(layout, tmp_path / "data", files.random_rows(np.random.default_rng(2)))
+  out = tmp_path / "out"
+  argv = ["public-features", "--set", f"data={layout}", *SMALL, "--data-dir", str(directory)]
+  code, stdout, err = _run([*argv, "--out", str(out)], capsys)
   assert code == 0, err
-  summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-  key = "test_rmse" if fmt == "movielens-10m" else "test_recall_at_20"
+  summary = json.loads((out / "summary.json").read_text())
+  key = "test_recall_at_20" if layout == "movielens-20m" else "test_rmse"
   assert np.isfinite(summary[key]) and summary["algorithm"] == "am-ssp"
+  assert json.loads(stdout)["run_id"] == json.loads((out / "run.json").read_text())["run_id"]
   assert summary["privacy"]["epsilon_spent"]["analytic"] == pytest.approx(5.0, rel=1e-6)
-  assert (tmp_path / "out" / "metrics.csv").read_text().count("\n") == 3
+  assert set(summary["baselines"]) == {"global_mean", "item_mean", "dp_bias"}
+  assert (out / "metrics.csv").read_text().count("\n") == 3
   assert "outer step 2/2" in err
 
 
 def test_synthetic_summary_has_the_contract_keys(tmp_path, capsys):
-  code, _, err = _run(
-    [
-      "public-features",
-      "--set",
-      "num_users=300",
-      "--set",
-      "num_items=30",
-      "--set",
-      "num_people=100",
-      "--set",
-      "algorithm=dp-als",
-      "--set",
-      "epsilon=2",
-      "--out",
-      str(tmp_path),
-    ],
-    capsys,
-  )
+  argv = ["public-features", "--set", "num_users=300", "--set", "num_items=30"]
+  argv += ["--set", "num_people=100", "--set", "algorithm=dp-als", "--set", "epsilon=2"]
+  code, _, err = _run([*argv, "--set", "seeds=2", "--out", str(tmp_path / "o")], capsys)
   assert code == 0, err
-  summary = json.loads((tmp_path / "summary.json").read_text())
+  summary = json.loads((tmp_path / "o" / "summary.json").read_text())
   for key in ("algorithm", "epsilon", "delta", "train_seconds", "test_rmse", "test_recall_at_20"):
     assert key in summary
   assert summary["algorithm"] == "dp-als" and summary["epsilon"] == 2.0
+  assert "test_rmse_std" in summary and summary["seeds"] == 2  # two seeds: a mean and a spread
+  metrics = (tmp_path / "o" / "metrics.csv").read_text().splitlines()
+  assert metrics[0].startswith("seed,step,") and len(metrics) == 1 + 2 * 3
 
 
-@pytest.mark.parametrize(
-  "args, message",
-  [
-    (["--set", "epsilon=0"], "epsilon must be a finite number > 0"),
-    (["--set", "epsilon=-1"], "epsilon must be"),
-    (["--set", "colour=red"], "unknown config key 'colour'"),
-    (["--set", "algorithm=sgd"], "algorithm must be one of"),
-    (["--set", "data=movielens-10m"], "needs a data directory"),
-    (["--set", "dim=two"], "dim must be an integer"),
-    (["--set", "federated=true", "--set", "algorithm=am-dpsgd"], "federated runs am-ssp or dp-als"),
-  ],
-)
-def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
-  code, out, err = _run(["public-features", *args, "--out", str(tmp_path / "o")], capsys)
-  assert code == 2
-  assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-  assert not (tmp_path / "o" / "summary.json").exists()
+def test_epsilon_inf_is_the_non_private_reference_and_says_so(tmp_path, capsys):
+  argv = ["public-features", "--set", "num_users=300", "--set", "num_items=30"]
+  argv += ["--set", "num_people=100", "--set", "epsilon=inf", "--set", "outer_steps=1"]
+  code, _, err = _run([*argv, "--out", str(tmp_path / "o")], capsys)
+  assert code == 0, err
+  assert "the non-private reference: no noise" in err
+  summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+  assert summary["private"] is False and summary["epsilon"] is None  # JSON has no inf
+  assert summary["privacy"]["guarantee"].startswith("none")
+  assert summary["privacy"]["mechanism"].startswith("none")
 
 
-def test_malformed_data_file_is_exit_2(tmp_path, capsys):
-  directory = write_ml10m(tmp_path / "d", np.random.default_rng(0))
-  (directory / "ratings.dat").write_text("1::1::five::0\n")
-  code, _, err = _run(
-    [
-      "public-features",
-      "--set",
-      "data=movielens-10m",
-      "--data-dir",
-      str(directory),
-      "--out",
-      str(tmp_path / "o"),
-    ],
-    capsys,
-  )
-  assert code == 2 and "malformed rating row" in err and len(err.strip().splitlines()) == 1
+def test_tune_chooses_on_validation_and_says_tuning_is_not_covered(tmp_path, capsys, monkeypatch):
+  from fedmf.public_features import tuning
+
+  monkeypatch.setitem(tuning.GRIDS, "dp-als", {"reg_noise": (0.1, 30.0)})
+  monkeypatch.setitem(tuning.GRIDS, "dp-bias", {"reg_noise": (1.0,)})
+  argv = ["public-features", "--set", "num_users=300", "--set", "num_items=30", "--tune"]
+  argv += ["--set", "num_people=100", "--set", "algorithm=dp-als", "--set", "outer_steps=1"]
+  code, _, err = _run([*argv, "--out", str(tmp_path / "o")], capsys)
+  assert code == 0, err
+  summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+  table = (tmp_path / "o" / "tuning.csv").read_text().splitlines()
+  assert len(table) == 3 and table[0].startswith("reg_noise,")
+  rows = [dict(zip(table[0].split(","), line.split(","))) for line in table[1:]]
+  best = min(rows, key=lambda r: float(r["validation_rmse"]))
+  assert summary["tuned"] is True and summary["chosen"] == {"reg_noise": float(best["reg_noise"])}
+  assert summary["hyperparameters"]["reg_noise"] == float(best["reg_noise"])
+  assert summary["test_rmse"] == pytest.approx(float(best["test_rmse"]))
+  assert "not covered" in summary["privacy"]["not_covered"]
 
 
 def test_help_does_not_import_the_work():

@@ -31,6 +31,25 @@ def test_user_update_is_the_ridge_least_squares_solution():
   np.testing.assert_array_equal(got[7], 0.0)  # user 7 has no ratings
 
 
+def test_user_biases_are_the_ridge_solution_with_an_intercept():
+  """fit_users: y − e_j ≈ u·v_j + c, ridge λ_u on u and λ_c on c, one user at a time."""
+  rng = np.random.default_rng(7)
+  u_idx, i_idx, y = _random_ratings(rng)
+  v, e = rng.normal(size=(5, 3)), rng.normal(size=5)
+  u, c = users.fit_users(v, e, u_idx, i_idx, y, 8, 0.7, 0.2)
+  for k in range(8):
+    rows = u_idx == k
+    design = np.vstack(
+      [np.hstack([v[i_idx[rows]], np.ones((rows.sum(), 1))]), np.diag(np.sqrt([0.7] * 3 + [0.2]))]
+    )
+    target = np.concatenate([y[rows] - e[i_idx[rows]], np.zeros(4)])
+    expected = np.linalg.lstsq(design, target, rcond=None)[0]
+    np.testing.assert_allclose(np.append(u[k], c[k]), expected, atol=1e-12)
+  u0, c0 = users.fit_users(v, None, u_idx, i_idx, y, 8, 0.7, 0.2)  # no biases: c = 0
+  np.testing.assert_allclose(u0, users.user_update(v, u_idx, i_idx, y, 8, 0.7))
+  assert not c0.any()
+
+
 def test_weights_have_unit_squared_sum_per_user_and_favor_rare_items():
   rng = np.random.default_rng(1)
   u_idx, i_idx, _ = _random_ratings(rng, count=25)
@@ -115,8 +134,9 @@ def test_symmetric_noise_has_unit_variance_upper_triangle():
 def test_encoder_backward_matches_finite_differences():
   rng = np.random.default_rng(5)
   _, features = synthetic_ratings(SyntheticSpec(num_users=5, num_items=12, num_people=30), rng)
-  params = encoder.init_encoder(features, 3, rng)
-  g = rng.normal(size=(12, 3))
+  params = encoder.init_encoder(features, 3, rng, out_dim=4)  # an item-bias output too
+  params = params.like(params.flat() + rng.normal(0, 0.1, params.size))  # no zero column left
+  g = rng.normal(size=(12, 4))
   analytic = encoder.backward(features, params, g).flat()
   flat = params.flat()
   for index in rng.choice(flat.size, size=25, replace=False):
@@ -130,13 +150,13 @@ def test_encoder_backward_matches_finite_differences():
 def test_per_user_gradients_sum_to_the_full_backward_pass():
   rng = np.random.default_rng(6)
   _, features = synthetic_ratings(SyntheticSpec(num_users=5, num_items=12, num_people=30), rng)
-  params = encoder.init_encoder(features, 3, rng)
+  params = encoder.init_encoder(features, 3, rng, out_dim=4)
   items = rng.integers(0, 12, size=40)
   owner = rng.integers(0, 6, size=40)
-  g = rng.normal(size=(40, 3))
+  g = rng.normal(size=(40, 4))
   per_user = encoder.per_user_gradients(features, params, owner, 6, items, g).toarray()
   for r in range(6):
-    grad_items = np.zeros((12, 3))
+    grad_items = np.zeros((12, 4))
     np.add.at(grad_items, items[owner == r], g[owner == r])
     np.testing.assert_allclose(
       per_user[r], encoder.backward(features, params, grad_items).flat(), atol=1e-12
@@ -158,3 +178,27 @@ def test_removing_a_user_moves_the_capped_counts_by_at_most_root_cap(seed):
   k = int(rng.integers(6))
   after = counts(u_idx[u_idx != k], i_idx[u_idx != k])
   assert np.linalg.norm(before - after) <= np.sqrt(cap) * (1 + 1e-12)
+
+
+def test_dp_cmf_item_update_solves_the_collective_normal_equations():
+  """DP-CMF (Curmei et al. 2023): W fits X ≈ V Wᵀ (ridge λ), then each v_j minimizes
+  ½ vᵀ(Â_j + λI)v − b̂_jᵀv + α/2 Σ_f (X_jf − w_f·v)²: both gradients vanish."""
+  from fedmf.public_features import item_updates
+
+  rng = np.random.default_rng(8)
+  m, p, d, alpha, lam = 6, 4, 3, 2.5, 0.7
+  a = rng.normal(size=(m, d, d))
+  a = np.einsum("mij,mkj->mik", a, a)  # PSD
+  stats = statistics.Statistics(a, rng.normal(size=(m, d)))
+  x, v = rng.uniform(size=(m, p)), rng.normal(size=(m, d))
+  out = item_updates.cmf_item_update(stats, x, v, alpha, lam)
+  w = np.linalg.solve(v.T @ v + lam * np.eye(d), v.T @ x).T
+  for f in range(p):  # W: Σ_j (w_f·v_j − X_jf) v_j + λ w_f = 0
+    np.testing.assert_allclose((v @ w[f] - x[:, f]) @ v + lam * w[f], 0.0, atol=1e-10)
+  for j in range(m):  # v_j: (Â_j + λI) v − b̂_j + α Σ_f (w_f·v − X_jf) w_f = 0
+    grad = (a[j] + lam * np.eye(d)) @ out[j] - stats.b[j] + alpha * w.T @ (w @ out[j] - x[j])
+    np.testing.assert_allclose(grad, 0.0, atol=1e-10)
+  # α = 0 is DP-ALS.
+  np.testing.assert_allclose(
+    item_updates.cmf_item_update(stats, x, v, 0.0, lam), item_updates.als_item_update(stats, lam)
+  )

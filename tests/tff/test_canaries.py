@@ -192,3 +192,9 @@ def test_bad_arguments_are_refused():
   with pytest.raises(Exception, match="clip_norm and clients_per_round"):
     canary_factory(tff.aggregators.SumFactory(), count=2, held_out=2, seed=0, num_rounds=5,
                    pattern=[0])  # fmt: skip
+  # An adaptive clip moves ζ inside the aggregator: canaries at one ζ would be mis-scaled.
+  adaptive = build_dp_aggregator(
+    BLT, noise_multiplier=1.0, clip_norm="adaptive", clients_per_round=2
+  )
+  with pytest.raises(Exception, match="adaptive clip"):
+    canary_factory(adaptive, count=2, held_out=2, seed=0, num_rounds=5, strategy=BLT)
