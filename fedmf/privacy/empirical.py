@@ -142,6 +142,8 @@ class EmpiricalPrivacy:
     if c is not None:
       lo, hi = c.variance_ratio_interval
       line = f"  noise check: measured/claimed noise variance {c.variance_ratio:.4g} (95% {lo:.4g}-{hi:.4g})"
+      if c.clients_fraction_max is not None:
+        line += f", of which the real clients' share up to {c.clients_fraction_max:.2g}"
       if c.measured_mu is not None:
         mlo, mhi = c.measured_mu_interval
         line += (
@@ -170,8 +172,8 @@ class CanaryRecord:
     projections: (n, M) ⟨released noised sum of round t, u_c⟩ / ζ_t.
     final_projections: (M,) ⟨w_final − w_initial, u_c⟩, or None.
     final_norm: ‖w_final − w_initial‖, or None.
-    clients_variance: the real clients' mean per-round variance on a canary direction over ζ²,
-      or None.
+    clients_variance: the real clients' variance on a canary direction over ζ², per round (n,)
+      or one mean, or None.
   """
 
   inserted: np.ndarray
@@ -180,7 +182,7 @@ class CanaryRecord:
   projections: np.ndarray
   final_projections: Optional[np.ndarray] = None
   final_norm: Optional[float] = None
-  clients_variance: Optional[float] = None  # see `empirical_noise.noise_check`
+  clients_variance: Optional[Any] = None  # see `empirical_noise.noise_check`
 
   @property
   def rounds(self) -> int:

@@ -98,6 +98,11 @@ def section(measured: Optional[Any]) -> Optional[MeasuredSection]:
       f"Noise check ({check.samples} held-out canaries): measured over claimed noise variance "
       f"{check.variance_ratio:.4g} (95% {lo:.4g}–{hi:.4g})"
     )
+    if check.clients_fraction_max is not None:
+      noise += (
+        f", of which up to {check.clients_fraction_max:.2g} is the real clients' updates, which "
+        "project on the canary directions too"
+      )
     if check.measured_mu is not None:
       mlo, mhi = check.measured_mu_interval
       noise += (

@@ -128,7 +128,7 @@ def measured_privacy(directory: str | Path, result) -> tuple[Optional[Any], list
     final_projections=data["final_projections"].astype(np.float64),
     final_norm=float(data["final_norm"]),
     clients_variance=(
-      float(np.mean(data["client_sq_norms"])) / float(data["directions"])
+      data["client_sq_norms"].astype(np.float64) / float(data["directions"])
       if "client_sq_norms" in data and "directions" in data
       else None
     ),

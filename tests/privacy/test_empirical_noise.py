@@ -43,3 +43,30 @@ def test_too_few_held_out_canaries_give_the_scale_only():
   assert check.measured_mu is None and check.leak_consistent is None
   assert "more held-out canaries" in check.note
   assert check.to_dict()["measured_noise_mu"] is None
+
+
+def test_clients_coherent_share_explains_an_excess_but_never_a_deficit():
+  """The real clients' projections on a direction persist across rounds (their updates point
+  alike), so after whitening they add up: an excess within their coherent share is consistent."""
+  strategy = st.load_strategy(
+    {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.2, 0.3]}
+  )
+  n, k, sigma, v = 30, 400, 1.0, 0.01
+  w = empirical_statistics.release_whitening(strategy, n)
+  p = strategy.per_round_noise_matrix(n)
+  pattern = np.zeros(n, bool)
+  pattern[[0, 10, 20]] = True
+  rng = np.random.default_rng(0)
+  noise = sigma * p @ rng.standard_normal((n, k))
+  clients = np.sqrt(v) * np.ones((n, 1)) * rng.standard_normal((1, k))  # the same every round
+  claimed = np.linalg.norm(w @ pattern) / sigma
+  alone = empirical_noise.noise_check(noise + clients, w, sigma, pattern, claimed, 1e-6)
+  assert alone.variance_ratio_interval[0] > 1 and not alone.scale_consistent
+  check = empirical_noise.noise_check(noise + clients, w, sigma, pattern, claimed, 1e-6, v)
+  # The brute-force coherent share: every round's clients term is the same √v·a.
+  coherent = np.sum((np.abs(w) @ np.full(n, np.sqrt(v))) ** 2) / n
+  assert check.clients_fraction_max == pytest.approx(coherent)
+  assert check.clients_fraction == pytest.approx(v * np.sum(w * w) / n)
+  assert check.variance_ratio <= 1 + coherent and check.scale_consistent
+  small = empirical_noise.noise_check(0.8 * noise + clients, w, sigma, pattern, claimed, 1e-6, v)
+  assert not small.scale_consistent and small.variance_ratio < 1

@@ -121,8 +121,17 @@ def test_audit_reports_measured_privacy_with_the_contract_keys(runs, capsys):
   assert (out / "canary_statistics.png").stat().st_size > 0
   assert cli_main.main(["audit", str(out)]) == 0
   assert "measured privacy:" in capsys.readouterr().out
-  assert cli_main.main(["audit", str(runs / "plain")]) == 0
-  assert "measured privacy" not in capsys.readouterr().out
+  # A run without canaries: nothing new in the audit's text, JSON or report.
+  plain = runs / "plain"
+  assert cli_main.main(["audit", str(plain)]) == 0
+  text = capsys.readouterr().out.lower().replace(str(plain).lower(), "RUN")  # the fixture's path
+  assert "measured privacy" not in text and "canar" not in text
+  assert cli_main.main(["audit", str(plain), "--json", "--strict"]) == 0
+  assert "empirical" not in json.loads(capsys.readouterr().out)
+  for name in ("report.html", "report.md"):
+    report = (plain / name).read_text().lower()  # (paths may hold 'canary': the worktree's)
+    assert "measured privacy" not in report and "canary_statistics" not in report
+  assert not (plain / "canary_statistics.png").exists()
 
 
 def test_strict_fails_when_a_lower_bound_exceeds_the_analytic_epsilon(runs, tmp_path, capsys):

@@ -1,19 +1,26 @@
 """The canary wrapper for users' own TFF loops (`fedmf.tff.canary_factory`): the canaries it adds
-and projects in TensorFlow are the numpy directions' own, and in a 10-round FedAvg loop with the
-BLT aggregator its estimate agrees with `fedmf simulate`'s on the same settings."""
+and projects in TensorFlow are the numpy directions' own; around `build_dp_aggregator` of every
+mechanism it measures the μ the noise has; and in 10-round unweighted and weighted FedAvg loops
+with the BLT aggregator (deploy/canary_example.py) its estimate agrees with `fedmf simulate`'s on
+the same settings."""
 
+import importlib.util
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedmf.cli import main as cli_main
 from fedmf.mf import strategies as st
 from fedmf.privacy import accounting
+from fedmf.tasks.synthetic import SyntheticTask
 from fedmf.tff import build_dp_aggregator, canary_factory
+from tests.mf.brute_force import brute_force_patterns
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BLT = {'mechanism': 'blt', 'buf_decay': [0.9, 0.5], 'output_scale': [0.2, 0.3]}
 VALUE_TYPE = tff.StructWithPythonType(
@@ -54,49 +61,87 @@ def test_canaries_added_and_projected_as_the_numpy_directions(tff_context):
     assert 'noise_stddev' in out.measurements['dp']
 
 
-def _model_fn():
-  keras_model = tf.keras.Sequential(
-    [tf.keras.layers.InputLayer(input_shape=(40,)), tf.keras.layers.Dense(30)]
-  )
-  return tff.learning.models.from_keras_model(
-    keras_model,
-    input_spec=(tf.TensorSpec([None, 40], tf.float32), tf.TensorSpec([None, 1], tf.int32)),
-    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-  )
-
-
-def _client_data(seed):
+def _bandmf(n, bands, seed=0):
   rng = np.random.default_rng(seed)
-  x = rng.normal(size=(8, 40)).astype(np.float32)
-  y = rng.integers(0, 30, size=(8, 1)).astype(np.int32)
-  return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+  cols = [list(rng.uniform(0.2, 1.0, min(bands, n - j))) for j in range(n)]
+  return st.load_strategy({'mechanism': 'bandmf', 'n': n, 'bands': bands, 'columns': cols})
+
+
+MECHANISMS = {
+  'dpsgd': {'mechanism': 'dpsgd'},
+  'blt': BLT,
+  'bandmf': _bandmf(ROUNDS, 3),  # b̂ = 3 ≤ b = 4: VecSens is the exact sensitivity (BandMF Thm 2)
+  'tree': {'mechanism': 'tree', 'variant': 'online-honaker'},
+}
+WIDE_TYPE = tff.StructWithPythonType(  # 1100 parameters: N = 1024 canary directions
+  [tff.TensorType(np.float32, [700]), tff.TensorType(np.float32, [50, 8])], list
+)
+
+
+@pytest.mark.parametrize('mechanism', MECHANISMS)
+def test_every_mechanism_measures_its_pattern(tff_context, mechanism):
+  """The wrapper around `build_dp_aggregator` of each mechanism, 10 rounds of zero updates: its
+  canaries take the brute-force worst pattern, and the library estimate of the projections finds
+  the μ the noise really has: the analytic ‖C 1_π‖/σ for a square C; for the tree, whose
+  per-round releases are a post-processing of its nodes, √(1_πᵀ (P Pᵀ)⁻¹ 1_π)/σ ≤ the analytic."""
+  strategy = st.load_strategy(MECHANISMS[mechanism])
+  inner = build_dp_aggregator(
+    strategy, noise_multiplier=SIGMA, clip_norm=CLIP, clients_per_round=CPR, noise_seed=3,
+    num_rounds=ROUNDS,
+  )  # fmt: skip
+  factory = canary_factory(
+    inner, count=400, held_out=400, seed=5, num_rounds=ROUNDS, strategy=strategy, min_sep=MIN_SEP
+  )
+  process = factory.create(WIDE_TYPE)
+  state = process.initialize()
+  zeros = [[np.zeros(700, np.float32), np.zeros((50, 8), np.float32)]] * 2
+  projections = []
+  for _ in range(ROUNDS):
+    out = process.next(state, zeros)
+    state = out.state
+    projections.append(out.measurements['canaries']['projections'])
+  c = strategy.matrix(ROUNDS)
+  best = max(
+    np.linalg.norm(c @ np.isin(range(ROUNDS), p)) for p in brute_force_patterns(ROUNDS, MIN_SEP)
+  )
+  pattern = np.isin(range(ROUNDS), factory.rounds).astype(float)
+  assert np.linalg.norm(c @ pattern) == pytest.approx(best, rel=1e-9)
+
+  result = factory.estimate(projections, strategy=strategy, noise_multiplier=SIGMA, delta=1e-6)
+  e = result.estimates['all_releases']
+  assert e.analytic_mu == pytest.approx(best / SIGMA)
+  p = strategy.per_round_noise_matrix(ROUNDS)
+  measurable = np.sqrt(pattern @ np.linalg.solve(p @ p.T, pattern)) / SIGMA
+  if mechanism == 'tree':
+    assert measurable < e.analytic_mu * (1 - 1e-3)  # 0.95 of it here
+  else:
+    assert measurable == pytest.approx(e.analytic_mu, rel=1e-9)
+  assert abs(e.fit.mu - measurable) <= 3 * e.fit.mu_stderr
+  held = result.scores['all_releases'][~result.inserted_mask]
+  assert abs(held.mean()) <= 3 / np.sqrt(held.size) and abs(held.std() - 1) <= 0.15
+  assert e.lower.epsilon <= e.analytic_epsilon and not result.failures()
+
+
+def _example():
+  spec = importlib.util.spec_from_file_location(
+    'canary_example', ROOT / 'deploy' / 'canary_example.py'
+  )
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  return example
 
 
 def _fed_avg_estimate(weighted):
-  factory = _factory(SIGMA, count=300, held_out=300)
-  build = (
-    tff.learning.algorithms.build_weighted_fed_avg
-    if weighted
-    else tff.learning.algorithms.build_unweighted_fed_avg
-  )
-  aggregator = tff.aggregators.as_weighted_aggregator(factory) if weighted else factory
-  process = build(
-    _model_fn,
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, 0.9),
-    model_aggregator=aggregator,
-  )
-  state = process.initialize()
-  initial = [np.asarray(w) for w in process.get_model_weights(state).trainable]
-  projections = []
-  for r in range(ROUNDS):
-    out = process.next(state, [_client_data(r), _client_data(r + 100), _client_data(r + 200)])
-    state = out.state
-    projections.append(out.metrics['aggregator']['canaries']['projections'])
-  final = [np.asarray(w) for w in process.get_model_weights(state).trainable]
-  return factory.estimate(
-    projections, strategy=BLT, noise_multiplier=SIGMA, delta=1e-6,
-    initial_weights=initial, final_weights=final,
+  """deploy/canary_example.py's loop on `fedmf simulate`'s settings below."""
+  example = _example()
+  task = SyntheticTask(
+    num_clients=60, vocab_size=40, preset='lstm-small', sequence_length=20, batch_size=16,
+    max_sentences=8, test_sentences=32, seed=0,
+  )  # fmt: skip
+  return example.run(
+    task, BLT, rounds=ROUNDS, clients_per_round=CPR, delta=1e-6, noise_multiplier=SIGMA,
+    clip_norm=CLIP, min_sep=MIN_SEP, canaries=300, held_out=300, seed=7, weighted=weighted,
+    noise_seed=2,
   )  # fmt: skip
 
 
