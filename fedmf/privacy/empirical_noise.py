@@ -18,7 +18,9 @@ docs/empirical-privacy.md). Whitened, z = W p / σ should be N(0, I).
   With S the sample covariance of the K held-out projections, q = 1_πᵀ S⁻¹ 1_π satisfies
   μ'²/q ~ χ²_{K−n+1}/K exactly (a property of the Wishart distribution: Muirhead 1982, Thm.
   3.2.12), so q(K − n + 1)/K is unbiased for μ'² and the χ² quantiles give a 95% interval. It
-  needs K > n held-out canaries. Unlike the canary statistics, whose whitening is the claim's,
+  needs K > n held-out canaries. A noise of rank r < n (rounds that repeat or negate others'
+  noise) has μ' = ∞ when the pattern moves the releases outside its range, and χ²_{K−r+1} on it
+  otherwise. Unlike the canary statistics, whose whitening is the claim's,
   this sees a wrong correlation: noise that cancels where the claim says it adds up.
 
 Both assume Gaussian noise with mean zero (any linear noise stream's), and are estimates with
@@ -37,6 +39,9 @@ from fedmf.privacy import accounting
 
 # Held-out canaries beyond the rounds the covariance estimate needs (K ≥ n + MIN_EXTRA).
 MIN_EXTRA = 10
+# Eigenvalues of the whitened sample covariance below this fraction of the largest are rounding:
+# the measured noise has no variance there.
+RANK_TOLERANCE = 1e-10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,9 +174,21 @@ def noise_check(
       f"plus {MIN_EXTRA}", clients_fraction=fraction, clients_fraction_max=fraction_max,
     )  # fmt: skip
   a = np.asarray(whitening, np.float64) @ np.asarray(pattern, np.float64) / noise_multiplier
-  s = z @ z.T / k
-  q = float(a @ np.linalg.solve(s, a))
-  free = k - n + 1  # μ'²/q ~ χ²_{K−n+1}/K
+  eigenvalues, eigenvectors = np.linalg.eigh(z @ z.T / k)
+  coefficients = eigenvectors.T @ a
+  # A noise of rank r < n (rounds that repeat or negate others' noise) gives K ≥ r samples spanning
+  # exactly its range (almost surely): S's other eigenvalues are rounding. If the pattern moves
+  # the releases outside that range, the noise hides it there not at all: μ' = ∞.
+  null = eigenvalues <= RANK_TOLERANCE * eigenvalues.max()
+  if np.linalg.norm(coefficients[null]) > RANK_TOLERANCE**0.5 * np.linalg.norm(a):
+    return NoiseCheck(
+      k, n, ratio, interval, claimed_mu, np.inf, (np.inf, np.inf), np.inf,
+      note=f"the measured noise has rank {int((~null).sum())} of {n} rounds and none in a "
+      "direction the canaries' pattern moves the releases", clients_fraction=fraction,
+      clients_fraction_max=fraction_max,
+    )  # fmt: skip
+  q = float(np.sum(coefficients[~null] ** 2 / eigenvalues[~null]))
+  free = k - int((~null).sum()) + 1  # μ'²/q ~ χ²_{K−r+1}/K on the noise's range (rank r)
   mu = float(np.sqrt(q * free / k))
   mu_interval = (
     float(np.sqrt(q * scipy.stats.chi2.ppf(0.025, free) / k)),

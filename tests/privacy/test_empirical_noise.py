@@ -70,3 +70,20 @@ def test_clients_coherent_share_explains_an_excess_but_never_a_deficit():
   assert check.variance_ratio <= 1 + coherent and check.scale_consistent
   small = empirical_noise.noise_check(0.8 * noise + clients, w, sigma, pattern, claimed, 1e-6, v)
   assert not small.scale_consistent and small.variance_ratio < 1
+
+
+def test_rank_deficient_noise_leaks_without_bound_where_it_is_missing():
+  # Rounds 5-9 repeat the noise of rounds 0-4 (a seed reused): rank 5 of 10, a wrong correlation.
+  n, k = 10, 200
+  half = np.random.default_rng(0).standard_normal((n // 2, k))
+  held = np.vstack([half, half])
+  alone = np.zeros(n, bool)
+  alone[0] = True  # r0 − r5 = 1 exactly: outside the noise's range, seen without noise
+  check = empirical_noise.noise_check(held, np.eye(n), 1.0, alone, 1.0, 1e-6)
+  assert check.measured_mu == np.inf and check.measured_mu_interval == (np.inf, np.inf)
+  assert "rank 5 of 10" in check.note and any("leaks MORE" in w for w in check.warnings())
+  both = np.zeros(n, bool)
+  both[[0, 5]] = True  # within the range: r0 + r5 = 2 + 2x, μ' = 1
+  check = empirical_noise.noise_check(held, np.eye(n), 1.0, both, np.sqrt(2), 1e-6)
+  lo, hi = check.measured_mu_interval
+  assert lo <= 1.0 <= hi and check.measured_mu == pytest.approx(1.0, rel=0.1)
