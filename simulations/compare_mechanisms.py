@@ -51,7 +51,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 RESULTS_FORMAT = 2
 # Per-round columns kept in results.json (metrics.csv has a few more, derived from the config).
@@ -134,7 +134,15 @@ def run_overrides(args, arm: str, seed: int, out: Path, base: str, extra=()) -> 
     "noise_multiplier=null",
     "strategy=null",
   ]
-  return [*common, *arm_overrides(arm, out, load_config(base, common))]
+  common = last_wins(common)
+  return last_wins([*common, *arm_overrides(arm, out, load_config(base, common))])
+
+
+def last_wins(items: Sequence[str]) -> list[str]:
+  """--set items with each key once: the last one given wins (the script's seeds and arm settings
+  over the user's; `fedmf` refuses a key given twice). Keys compare as written."""
+  last = {item.partition("=")[0]: i for i, item in enumerate(items)}
+  return [item for i, item in enumerate(items) if last[item.partition("=")[0]] == i]
 
 
 def _finished(run_dir: Path, config_dict: dict) -> bool:

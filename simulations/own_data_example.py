@@ -107,19 +107,21 @@ def main(argv=None) -> int:
   test_x = rng.normal(size=(2000, dim)).astype(np.float32)
   test_y = np.argmax(test_x @ w, axis=1)
   task = ClientDataTask(client_data, dim, classes, test_x, test_y)
+  # The example's settings, each replaced by the user's --set of the same key (a key given twice
+  # is refused).
+  given = {item.partition("=")[0] for item in args.overrides}
+  defaults = [
+    "rounds=40",
+    "clients_per_round=10",
+    "num_clients=300",
+    "target_epsilon=8",
+    "reference_clients_per_round=100",
+    "client_learning_rate=0.1",
+    "participation.min_sep=10",
+    "eval_every=10",
+  ]
   config = load_config(
-    None,
-    [
-      "rounds=40",
-      "clients_per_round=10",
-      "num_clients=300",
-      "target_epsilon=8",
-      "reference_clients_per_round=100",
-      "client_learning_rate=0.1",
-      "participation.min_sep=10",
-      "eval_every=10",
-      *args.overrides,
-    ],
+    None, [item for item in defaults if item.partition("=")[0] not in given] + args.overrides
   )
   summary = run_simulation(config, args.out, task=task, force=True)
   print(
