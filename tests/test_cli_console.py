@@ -14,6 +14,7 @@ from fedmf.cli import simulate as simulate_cli
 from fedmf.cli import strategy as strategy_cli
 from fedmf.mf import strategies
 from fedmf.mf.checks import StrategyError
+from tests.helpers import settings
 
 TINY = [
   "task=synthetic",
@@ -147,7 +148,7 @@ def test_plurals_and_no_strategy_named_without_dp():
 def test_a_model_too_large_for_memory_is_refused_before_it_is_built(tmp_path, capsys):
   out = tmp_path / "run"
   argv = ["simulate", "--out", str(out), "--no-progress"]
-  for item in TINY[:-3] + ["vocab_size=1000000000", "rounds=2", "target_epsilon=8"]:
+  for item in settings(TINY[:-3], ["vocab_size=1000000000", "rounds=2", "target_epsilon=8"]):
     argv += ["--set", item]
   code = cli_main.main(argv)
   err = capsys.readouterr().err

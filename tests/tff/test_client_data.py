@@ -81,6 +81,8 @@ def test_fedmf_client_datasets_have_autotuning_off():
 
 
 class _Noise:
+  round = 0  # The round whose noise `next` returns (HostNoise.round).
+
   def next(self):
     return 'noise'
 
