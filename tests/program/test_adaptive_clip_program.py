@@ -165,6 +165,7 @@ def _weights(root):
     return [f[k] for k in f.files]
 
 
+@pytest.mark.slow  # 1.7 min in CI: kill -9 and resume (python3 dev.py test -m slow)
 def test_a_killed_adaptive_run_resumes_to_the_same_model_and_zeta(tmp_path, capsys):
   extra = ["rounds=10", "checkpoint_every=3", "target_epsilon=8"]
   reference = tmp_path / "reference"

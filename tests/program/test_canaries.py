@@ -183,6 +183,7 @@ def test_bad_canary_configs_are_refused_before_work(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # 2.5 min in CI: kill -9 and resume (python3 dev.py test -m slow)
 def test_train_resumes_canaries_exactly(tmp_path):
   """Killed after a checkpoint with a round released past it; the canary seed is unset (drawn by
   the first process, checkpointed): the recomputed round must carry the same canaries (the
