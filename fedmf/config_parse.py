@@ -62,6 +62,14 @@ def override_argument(text: str) -> str:
   return text
 
 
+def give_way(base: Sequence[str], overrides: Sequence[str]) -> list[str]:
+  """`--set` items: `base` without the keys that `overrides` sets, then `overrides` (keys compared
+  as written). For a script's or a test's own settings under the user's, since the command line
+  refuses a key given twice."""
+  given = {item.partition("=")[0].strip() for item in overrides}
+  return [item for item in base if item.partition("=")[0].strip() not in given] + list(overrides)
+
+
 def parse_override(text: str, list_keys: Collection[str] = ()) -> tuple[list[str], Any]:
   """'participation.min_sep=20' -> (['participation', 'min_sep'], 20); the value is a YAML scalar,
   null when nothing follows `=`. A list is taken only for a key in `list_keys`."""

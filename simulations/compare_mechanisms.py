@@ -51,7 +51,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 RESULTS_FORMAT = 2
 # Per-round columns kept in results.json (metrics.csv has a few more, derived from the config).
@@ -125,24 +125,20 @@ def parse_settings(args) -> list[tuple[str, list[str]]]:
 def run_overrides(args, arm: str, seed: int, out: Path, base: str, extra=()) -> list[str]:
   from fedmf.program.config import load_config
 
-  common = [
-    *args.overrides,
-    *extra,
-    f"seed={seed}",
-    f"noise_seed={1000 + seed}",
-    f"target_epsilon={args.epsilon}",
-    "noise_multiplier=null",
-    "strategy=null",
-  ]
-  common = last_wins(common)
-  return last_wins([*common, *arm_overrides(arm, out, load_config(base, common))])
+  from fedmf.config_parse import give_way
 
-
-def last_wins(items: Sequence[str]) -> list[str]:
-  """--set items with each key once: the last one given wins (the script's seeds and arm settings
-  over the user's; `fedmf` refuses a key given twice). Keys compare as written."""
-  last = {item.partition("=")[0]: i for i, item in enumerate(items)}
-  return [item for i, item in enumerate(items) if last[item.partition("=")[0]] == i]
+  # The script's seeds and arm settings win over the user's --set of the same key.
+  common = give_way(
+    give_way(args.overrides, extra),
+    [
+      f"seed={seed}",
+      f"noise_seed={1000 + seed}",
+      f"target_epsilon={args.epsilon}",
+      "noise_multiplier=null",
+      "strategy=null",
+    ],
+  )
+  return give_way(common, arm_overrides(arm, out, load_config(base, common)))
 
 
 def _finished(run_dir: Path, config_dict: dict) -> bool:

@@ -98,6 +98,7 @@ def main(argv=None) -> int:
   parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
   args = parser.parse_args(argv)
 
+  from fedmf.config_parse import give_way
   from fedmf.program.config import load_config
   from fedmf.program.simulate import run_simulation
 
@@ -107,9 +108,7 @@ def main(argv=None) -> int:
   test_x = rng.normal(size=(2000, dim)).astype(np.float32)
   test_y = np.argmax(test_x @ w, axis=1)
   task = ClientDataTask(client_data, dim, classes, test_x, test_y)
-  # The example's settings, each replaced by the user's --set of the same key (a key given twice
-  # is refused).
-  given = {item.partition("=")[0] for item in args.overrides}
+  # The example's settings, each replaced by the user's --set of the same key.
   defaults = [
     "rounds=40",
     "clients_per_round=10",
@@ -120,9 +119,7 @@ def main(argv=None) -> int:
     "participation.min_sep=10",
     "eval_every=10",
   ]
-  config = load_config(
-    None, [item for item in defaults if item.partition("=")[0] not in given] + args.overrides
-  )
+  config = load_config(None, give_way(defaults, args.overrides))
   summary = run_simulation(config, args.out, task=task, force=True)
   print(
     f"accuracy {summary['initial_test_accuracy']:.3f} -> {summary['final_test_accuracy']:.3f}; "

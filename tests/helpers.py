@@ -7,8 +7,13 @@ import main` would keep the unchecked function)."""
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
 
+from fedmf import config_parse
 from fedmf.cli import main as cli_main
 
 
@@ -44,12 +49,24 @@ def one_line_error(
   return lines[0]
 
 
+def kill_after_released_rounds(command: Sequence[str], root: Path, rounds: int, env) -> None:
+  """Runs `fedmf train` (`command`) and kills it with SIGKILL once its journal (ROOT/journal.csv)
+  records `rounds` released rounds; asserts it died by that signal (not finished first)."""
+  proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  journal = Path(root) / "journal.csv"
+  while proc.poll() is None:
+    if journal.exists() and len(journal.read_text().splitlines()) - 1 >= rounds:
+      proc.send_signal(signal.SIGKILL)
+      break
+    time.sleep(0.02)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+
+
 def settings(base: Iterable[str], extra: Iterable[str]) -> list[str]:
   """`--set` items: `base` with the keys of `extra` replaced by `extra`'s (the command line refuses
   a key given twice), keys compared as written."""
-  extra = list(extra)
-  keys = {item.partition("=")[0] for item in extra}
-  return [item for item in base if item.partition("=")[0] not in keys] + extra
+  return config_parse.give_way(list(base), list(extra))
 
 
 def rounds_by_client(cohorts: Iterable) -> dict[int, list[int]]:

@@ -6,10 +6,8 @@ import csv
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from fedmf.privacy import accounting
 from fedmf.privacy import audit
 from fedmf.program import config as config_lib
 from fedmf.program import outputs
-from tests.helpers import settings
+from tests.helpers import kill_after_released_rounds, settings
 
 TINY = [
   "task=synthetic",
@@ -173,17 +171,9 @@ def test_a_killed_adaptive_run_resumes_to_the_same_model_and_zeta(tmp_path, caps
   crashed = tmp_path / "crashed"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   command = [sys.executable, "-m", "fedmf.cli.main", *_args("train", crashed, extra)]
-  proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  journal = crashed / "journal.csv"
-  while proc.poll() is None:
-    # Rounds 0-4 released: the checkpoint after round 2 (version 3) is the latest, so ζ of rounds
-    # 3 and 4 is recomputed from the checkpointed ζ on resume.
-    if journal.exists() and len(journal.read_text().splitlines()) - 1 >= 5:
-      proc.send_signal(signal.SIGKILL)
-      break
-    time.sleep(0.02)
-  proc.wait()
-  assert proc.returncode == -signal.SIGKILL
+  # Rounds 0-4 released: the checkpoint after round 2 (version 3) is the latest, so ζ of rounds
+  # 3 and 4 is recomputed from the checkpointed ζ on resume.
+  kill_after_released_rounds(command, crashed, 5, env)
   final = subprocess.run(command, env=env, capture_output=True, text=True)
   assert final.returncode == 0, final.stderr
   assert "resuming" in final.stdout

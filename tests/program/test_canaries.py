@@ -5,17 +5,15 @@ exactly by `fedmf train`; a run's real clients and noise are the same with or wi
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 from fedmf.cli import main as cli_main
 from fedmf.program import run_manifest
-from tests.helpers import settings
+from tests.helpers import kill_after_released_rounds, settings
 
 TINY = [
   "task=synthetic",
@@ -199,15 +197,7 @@ def test_train_resumes_canaries_exactly(tmp_path):
 
   crashed = tmp_path / "crashed"
   extra = ["canaries.count=30", "canaries.held_out=30"]
-  proc = subprocess.Popen(command(crashed, extra), env=env, stdout=subprocess.DEVNULL)
-  journal = crashed / "journal.csv"
-  while proc.poll() is None:
-    if journal.exists() and len(journal.read_text().splitlines()) - 1 >= 4:
-      proc.send_signal(signal.SIGKILL)
-      break
-    time.sleep(0.02)
-  proc.wait()
-  assert proc.returncode == -signal.SIGKILL
+  kill_after_released_rounds(command(crashed, extra), crashed, 4, env)
   final = subprocess.run(command(crashed, extra), env=env, capture_output=True, text=True)
   assert final.returncode == 0, final.stderr
   with np.load(crashed / "canaries.npz") as f:

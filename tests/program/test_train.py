@@ -18,7 +18,7 @@ from fedmf.cli import main as cli_main
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import accounting
 from fedmf.program.train import JOURNAL as JOURNAL_NAME
-from tests.helpers import settings
+from tests.helpers import kill_after_released_rounds, settings
 
 TINY = [
   "num_clients=60",
@@ -139,22 +139,14 @@ def test_a_run_without_noise_seed_resumes_with_its_checkpointed_seed(tmp_path):
       args += ["--set", item]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   command = [sys.executable, "-m", "fedmf.cli.main", *args]
-  proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  journal = root / "journal.csv"
-  while proc.poll() is None:
-    # Rounds 0-4 released: the checkpoint after round 3 (version 4) is the latest; round 4 is
-    # recomputed on resume.
-    if journal.exists() and len(journal.read_text().splitlines()) - 1 >= 5:
-      proc.send_signal(signal.SIGKILL)
-      break
-    time.sleep(0.02)
-  proc.wait()
-  assert proc.returncode == -signal.SIGKILL
+  # Rounds 0-4 released: the checkpoint after round 3 (version 4) is the latest; round 4 is
+  # recomputed on resume.
+  kill_after_released_rounds(command, root, 5, env)
   assert json.loads((root / "config.json").read_text())["noise_seed"] is None
   final = subprocess.run(command, env=env, capture_output=True, text=True)
   assert final.returncode == 0, final.stderr
   assert "resuming" in final.stdout
-  rounds = [int(line.split(",")[0]) for line in journal.read_text().splitlines()[1:]]
+  rounds = [int(line.split(",")[0]) for line in (root / "journal.csv").read_text().splitlines()[1:]]
   assert rounds == list(range(12))
 
 
