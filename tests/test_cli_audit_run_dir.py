@@ -4,6 +4,7 @@ privacy statement a log supports, and `--report` refusals before any work (issue
 import csv
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from fedmf import display
 from fedmf.cli import main as cli_main
 from fedmf.mf import strategies
 from fedmf.privacy import audit, log_statistics, participation_log
+from tests.helpers import one_line_error
 
 BLT = {"mechanism": "blt", "buf_decay": [0.9, 0.5], "output_scale": [0.3, 0.2]}
 SIGMA, DELTA, ROUNDS, MIN_SEP = 3.0, 1e-6, 12, 3
@@ -286,3 +288,97 @@ def test_report_includes_the_runs_training_curves(tmp_path, capsys):
   assert [int(row["rounds"]) for row in curve] == list(range(1, ROUNDS + 1))
   audited = json.loads((rep / "audit.json").read_text())["epsilon"]
   assert float(curve[-1]["epsilon"]) == pytest.approx(audited, rel=1e-3)
+
+
+# --- A run directory's own files are user input: refused in one line, never an "internal error" --
+
+HUGE = "1" + "0" * 400  # A JSON integer beyond float64: `float()` of it raises OverflowError.
+
+
+def _set_json_field(path: Path, dotted: str, raw: str) -> None:
+  """Writes the JSON token `raw` (as is: NaN, 1e400, a 400-digit integer) into field `dotted`."""
+  obj = json.loads(path.read_text())
+  *parents, key = dotted.split(".")
+  inner = obj
+  for name in parents:
+    inner = inner[name]
+  inner[key] = "@@"
+  path.write_text(json.dumps(obj).replace('"@@"', raw))
+
+
+@pytest.mark.parametrize(
+  "file, field",
+  [
+    ("plan.json", "noise_multiplier"),
+    ("plan.json", "delta"),
+    ("plan.json", "declared_schema.min_sep"),
+    ("summary.json", "rounds_completed"),
+  ],
+)
+def test_a_huge_integer_in_a_runs_json_is_refused_naming_the_field(tmp_path, capsys, file, field):
+  run = make_run(tmp_path / "run")
+  _set_json_field(run / file, field, HUGE)
+  code, out, err = _run(capsys, run, "--json")
+  line = one_line_error(code, out, err, file, repr(field.split(".")[-1]), "finite number")
+  assert len(line) < 300  # the 400 digits shortened
+
+
+@pytest.mark.parametrize("bad", ["abc", "nan", "-1", "1.5", "9" * 400])
+def test_a_metrics_row_without_a_whole_round_is_refused_naming_the_row(tmp_path, capsys, bad):
+  run = make_run(tmp_path / "run")
+  lines = (run / "metrics.csv").read_text().splitlines()
+  lines[3] = bad + lines[3][lines[3].index(",") :]  # The third row's round.
+  (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+  code, out, err = _run(capsys, run, "--report", tmp_path / "rep")
+  one_line_error(code, None, err, "metrics.csv: row 4: 'round' must be a whole number")
+
+
+def test_infinite_metrics_are_gaps_in_the_training_plots(tmp_path, capsys):
+  """A diverged round's loss may be inf (and a file may say 1e400): plotted as a gap, not a crash."""
+  run = make_run(tmp_path / "run")
+  lines = (run / "metrics.csv").read_text().splitlines()
+  lines[3] = lines[3].split(",", 1)[0] + ",inf,1e400,-inf,1e400,0"
+  (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+  _set_json_field(run / "summary.json", "initial_test_accuracy", HUGE)
+  code, out, err = _run(capsys, run, "--report", tmp_path / "rep", "--max-epsilon", "50")
+  assert code == 0, err
+  assert (tmp_path / "rep" / "training.png").stat().st_size > 1000
+
+
+RAW_TOKENS = ["NaN", "Infinity", "-1e400", HUGE, "-1", "0", '"abc"', "null", "[1]", "{}", "true"]
+FIELDS = [
+  ("plan.json", "noise_multiplier"),
+  ("plan.json", "training_noise_multiplier"),
+  ("plan.json", "epsilon"),
+  ("plan.json", "delta"),
+  ("plan.json", "declared_schema.n"),
+  ("plan.json", "declared_schema.max_participations"),
+  ("summary.json", "rounds_completed"),
+  ("summary.json", "final_test_accuracy"),
+  ("config.json", "rounds"),
+]
+
+
+@pytest.mark.parametrize("file, field", FIELDS)
+def test_malformed_run_json_fields_are_audited_or_refused_in_one_line(
+  tmp_path, capsys, file, field
+):
+  """Each field of the run's JSON files given each malformed token: the audit (and its report)
+  either works or says what is wrong in one line (exit 2); never an internal error."""
+  base = make_run(tmp_path / "base", summary=file == "summary.json" or field == "epsilon")
+  plan = json.loads((base / "plan.json").read_text())
+  plan["cheap_simulation"] = "sigma scaled to a cohort of 1000"  # reaches the notes' numbers too
+  (base / "plan.json").write_text(json.dumps(plan))
+  if file == "config.json":
+    (base / "summary.json").unlink(missing_ok=True)  # the rounds then come from config.json
+  for i, raw in enumerate(RAW_TOKENS):
+    run = tmp_path / f"run{i}"
+    shutil.copytree(base, run)
+    _set_json_field(run / file, field, raw)
+    # The report (plots) reads summary.json's accuracies; the rest is read by every audit.
+    plots = file == "summary.json" and raw == HUGE  # a report takes 3 s
+    report = ["--report", run / "rep", "--max-epsilon", "50"] if plots else []
+    code, out, err = _run(capsys, run, "--json", *report)
+    assert "internal error" not in err, (raw, err)
+    if code != 0:
+      one_line_error(code, out, err, file)

@@ -25,6 +25,7 @@ import numpy as np
 
 from fedmf.errors import FedmfUserError
 from fedmf.program import canaries as canaries_lib
+from fedmf.program.run_dir import finite_number
 
 ARRAYS = ("inserted", "coins", "membership", "projections", "final_projections", "final_norm")
 
@@ -85,10 +86,13 @@ def measured_privacy(directory: str | Path, result) -> tuple[Optional[Any], list
     return None, []
   data = read_record(path)
   plan = _plan(directory)
-  sigma = plan.get("training_noise_multiplier", plan.get("noise_multiplier"))
-  accounted = plan.get("noise_multiplier")
-  delta = plan.get("delta", result.realized.delta)
-  if not isinstance(sigma, (int, float)) or not sigma > 0:
+  # finite_number: plan.json is the user's file (a 400-digit integer must not reach `float()`).
+  sigma = finite_number(plan.get("training_noise_multiplier", plan.get("noise_multiplier")))
+  accounted = finite_number(plan.get("noise_multiplier"))
+  delta = finite_number(plan.get("delta", result.realized.delta))
+  if delta is None:
+    delta = result.realized.delta
+  if sigma is None or not sigma > 0:
     return None, [f"{path}: the run added no noise: nothing for its canaries to measure"]
   strategy = strategies.load_strategy(directory / "strategy.json")
   pattern = str(data["pattern"])
@@ -113,7 +117,7 @@ def measured_privacy(directory: str | Path, result) -> tuple[Optional[Any], list
       f" every participant of the log, the canaries included) over the training noise multiplier "
       f"{sigma:.6g}"
     )
-  if isinstance(accounted, (int, float)) and abs(accounted - sigma) > 1e-12 * max(sigma, 1.0):
+  if accounted is not None and abs(accounted - sigma) > 1e-12 * max(sigma, 1.0):
     notes.append(
       f"cheap simulation: the run trained with noise multiplier {sigma:.6g}, the noise of a "
       f"larger cohort's mean, and claims the epsilon of {accounted:.6g}; the canaries measure "

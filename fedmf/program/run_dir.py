@@ -94,16 +94,30 @@ def _read_json(path: Path) -> Optional[dict[str, Any]]:
   return obj
 
 
+def finite_number(value: Any) -> Optional[float]:
+  """`value` as a finite float, or None: not a number, a bool, non-finite, or an integer beyond
+  float64 (a JSON file may hold a 400-digit integer; `float()` of it raises OverflowError)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    return None
+  try:
+    number = float(value)
+  except OverflowError:
+    return None
+  return number if math.isfinite(number) else None
+
+
 def _number(obj: dict[str, Any], key: str, path: Path, *, integer: bool = False):
   value = obj.get(key)
   if value is None:
     return None
-  ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+  number = finite_number(value)
+  ok = number is not None and number >= 0
   if ok and integer:
-    ok = float(value).is_integer() and value >= 1
-  if not ok or value < 0:
-    raise RunDirError(f"{path}: field '{key}' must be a finite number >= 0, got {value!r}")
-  return int(value) if integer else float(value)
+    ok = number.is_integer() and number >= 1
+  if not ok:
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise RunDirError(f"{path}: field '{key}' must be a finite number >= 0, got {shown}")
+  return int(value) if integer else number
 
 
 def plan_notes(plan: dict[str, Any], sampling_audited: bool = False) -> tuple[str, ...]:
@@ -114,11 +128,9 @@ def plan_notes(plan: dict[str, Any], sampling_audited: bool = False) -> tuple[st
   """
   notes = []
   if isinstance(plan.get("cheap_simulation"), str) and plan.get("noise_multiplier"):
-    training_sigma = plan.get("training_noise_multiplier")
+    training_sigma = finite_number(plan.get("training_noise_multiplier"))
     training_sigma = (
-      f" (training noise multiplier {training_sigma:.4g})"
-      if isinstance(training_sigma, (int, float))
-      else ""
+      f" (training noise multiplier {training_sigma:.4g})" if training_sigma is not None else ""
     )
     notes.append(
       "cheap simulation (BandMF App. I): " + plan["cheap_simulation"] + ". The noise actually "
@@ -204,6 +216,8 @@ def read_run(path: str | Path) -> RunInputs:
   elif _number(config, "delta", config_path) is not None:
     delta = _number(config, "delta", config_path)
     sources["delta"] = str(config_path)
+  if delta is not None and not 0 < delta < 1:
+    raise RunDirError(f"{sources['delta']}: field 'delta' must lie in (0, 1), got {delta!r}")
 
   rounds = _number(summary, "rounds_completed", summary_path, integer=True)
   rounds_source = f"rounds_completed in {summary_path}"
@@ -243,8 +257,7 @@ def read_run(path: str | Path) -> RunInputs:
   else:
     strategy = None
 
-  planned = plan.get("epsilon")
-  planned = float(planned) if isinstance(planned, (int, float)) else None
+  planned = finite_number(plan.get("epsilon"))
   count_noise = None
   adaptive = plan.get("adaptive_clip")
   if adaptive is not None:
@@ -322,10 +335,13 @@ def read_metrics(
     return None
 
   def number(text: Optional[str]) -> float:
+    """A cell as a float; NaN (a gap in the plot) when empty, not a number or not finite (a
+    diverged round's loss may be inf: matplotlib cannot place it)."""
     try:
-      return float(text) if text not in (None, "") else math.nan
+      value = float(text) if text not in (None, "") else math.nan
     except ValueError:
       return math.nan
+    return value if math.isfinite(value) else math.nan
 
   names = [k for k in rows[0] if k is not None]
   summary = {}
@@ -336,14 +352,21 @@ def read_metrics(
       pass
     summary = summary if isinstance(summary, dict) else {}
 
-  def finite(value) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
+  finite = finite_number
   if initial_accuracy is None:
     initial_accuracy = finite(summary.get("initial_test_accuracy"))
   else:
     initial_accuracy = float(initial_accuracy)
   columns = {k: np.array([number(r.get(k)) for r in rows]) for k in names}
+  rounds = columns["round"]
+  bad = np.flatnonzero(~(np.isfinite(rounds) & (rounds >= 0) & (rounds == np.floor(rounds))))
+  if bad.size:  # A row without its round has no place on the plots' x axis.
+    shown = str(rows[bad[0]].get("round"))
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise RunDirError(
+      f"{Path(directory) / METRICS_FILE}: row {bad[0] + 2}: 'round' must be a whole number >= 0, "
+      f"got {shown!r}"
+    )
   if final_accuracy is None and finite(summary.get("final_test_accuracy")) is not None:
     done = summary.get("rounds_completed")
     if isinstance(done, int) and done > 0:
