@@ -1,12 +1,12 @@
-"""What a run writes: metrics (CSV and TensorBoard), JSON files, and progress for people.
+"""What a run writes: metrics.csv's format, JSON files, output directories, progress for people.
 
 One concept: the run's outputs, written so that a crash never leaves a half-written file under its
-final name (`fedmf.atomic_files`; the CSV keeps whole lines only).
+final name (`fedmf.atomic_files`).
 
-* metrics.csv: one row per round; `accuracy`, `test_loss` and `epsilon` on evaluated rounds only;
-  with adaptive clipping also `clip_norm` (ζ_t) and `unclipped_fraction` (the noisy fraction of
-  clients within ζ_t that moved ζ), columns a fixed clip's file does not have.
-* tensorboard/: the same scalars, for `tensorboard --logdir OUT/tensorboard`.
+* metrics.csv's columns and rows (written by `fedmf.program.metrics_csv.MetricsCsv`): one row per
+  round; `accuracy`, `test_loss` and `epsilon` on evaluated rounds only; with adaptive clipping also
+  `clip_norm` (ζ_t) and `unclipped_fraction` (the noisy fraction of clients within ζ_t that moved
+  ζ), columns a fixed clip's file does not have.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from fedmf import atomic_files
 from fedmf import jsonio
 
 METRIC_COLUMNS = (
@@ -63,45 +62,6 @@ def metrics_row(record: dict[str, Any], columns: tuple[str, ...] = METRIC_COLUMN
   buf = io.StringIO()
   csv.writer(buf, lineterminator="\n").writerow([_cell(record.get(k)) for k in columns])
   return buf.getvalue()
-
-
-class MetricsWriter:
-  """metrics.csv (complete lines only, renamed into place on `close`) and TensorBoard scalars."""
-
-  def __init__(
-    self, out_dir: Path, tensorboard: bool = True, columns: tuple[str, ...] = METRIC_COLUMNS
-  ):
-    self.path = Path(out_dir) / "metrics.csv"
-    self.columns = tuple(columns)
-    self._partial = atomic_files.PartialFile(self.path, tag="partial", encoding="utf-8")
-    self.partial = self._partial.partial
-    self._file = self._partial.file
-    self._file.write(",".join(self.columns) + "\n")
-    self._tb = None
-    if tensorboard:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-      self._tb = tf.summary.create_file_writer(str(Path(out_dir) / "tensorboard"))
-
-  def write(self, record: dict[str, Any]) -> None:
-    self._file.write(metrics_row(record, self.columns))
-    self._file.flush()
-    if self._tb is not None:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-      with self._tb.as_default(step=int(record["round"])):
-        for key in self.columns[1:]:
-          value = record.get(key)
-          if isinstance(value, (int, float)) and math.isfinite(value):
-            tf.summary.scalar(key, value)
-
-  def close(self) -> None:
-    self._partial.commit()
-    if self._tb is not None:
-      self._tb.flush()
-
-  def abort(self) -> None:
-    self._partial.abort()
 
 
 # Files that show a directory holds a run (--force needed to replace it).

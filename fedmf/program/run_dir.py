@@ -295,8 +295,8 @@ METRICS_FILE = "metrics.csv"
 
 
 def metrics_rows(directory: str | Path) -> Optional[list[dict[str, str]]]:
-  """THE reader of a run's metrics.csv (its writers: `outputs.MetricsWriter` for `fedmf simulate`,
-  the metrics release of `fedmf train`): its rows as {column: text}, or None when it is absent,
+  """THE reader of a run's metrics.csv (its one writer: `fedmf.program.metrics_csv.MetricsCsv`, for
+  `fedmf simulate` and `fedmf train`): its rows as {column: text}, or None when it is absent,
   unreadable or has no `round` column."""
   import csv  # pylint: disable=g-import-not-at-top
 

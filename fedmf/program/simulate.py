@@ -2,8 +2,8 @@
 
 One concept: a simulation run from a config to its outputs in OUT. It runs the program logic of
 `fedmf train` (`fedmf.program.logic`) with a simulation's pieces: no checkpoints, no model
-releases, no journal, no budget guard, metrics written by `outputs.MetricsWriter`, and the run
-written into a staging directory that replaces OUT at the end:
+releases, no journal, no budget guard, metrics.csv written whole or not at all
+(`metrics_csv.MetricsCsv.fresh`), and the run written into a staging directory that replaces OUT at the end:
 
   config.json       the resolved config (the noise seed only if the user fixed it)
   plan.json         the privacy plan: strategy, declared schema, σ, planned ε, how it was accounted
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import shutil
 import time
@@ -35,6 +36,7 @@ import tensorflow_federated as tff
 
 from fedmf import progress as progress_lib
 from fedmf.program import logic
+from fedmf.program import metrics_csv
 from fedmf.program import training_run
 from fedmf.program import outputs
 from fedmf.program import run_manifest
@@ -129,16 +131,29 @@ def _rename_paths(stage: Path, out: Path) -> None:
         path.write_text(replaced, encoding="utf-8")
 
 
-class MetricsRelease(tff.program.ReleaseManager):
-  """metrics.csv and tensorboard/ of a simulation (`outputs.MetricsWriter`) as a release manager:
-  the program logic releases each round's metrics, keyed by the round."""
+class TensorBoardScalars(tff.program.ReleaseManager):
+  """tensorboard/ of a simulation: each round's finite values of metrics.csv's columns as scalars,
+  keyed by the round. `fedmf train` uses TFF's `TensorBoardReleaseManager`, which writes every
+  value it is given under its own names; this one is kept so that a simulation's tensorboard/
+  stays as it was (one TensorBoard writer for both is not done yet)."""
 
-  def __init__(self, writer: outputs.MetricsWriter):
-    self.writer = writer
+  def __init__(self, directory: Path, columns: tuple[str, ...]):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    self.columns = columns
+    self._writer = tf.summary.create_file_writer(str(directory))
 
   async def release(self, value: dict[str, float], key: int) -> None:
-    row = {k: int(v) if k in training_run.INT_METRICS else v for k, v in value.items()}
-    self.writer.write({"round": int(key), **row})
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    with self._writer.as_default(step=int(key)):
+      for name in self.columns[1:]:
+        v = value.get(name)
+        if isinstance(v, (int, float)) and math.isfinite(v):
+          tf.summary.scalar(name, int(v) if name in training_run.INT_METRICS else v)
+
+  def flush(self) -> None:
+    self._writer.flush()
 
 
 def _simulate_into(run, out: Path, run_id: str, start: float, bar, report: bool, log):
@@ -149,13 +164,15 @@ def _simulate_into(run, out: Path, run_id: str, start: float, bar, report: bool,
   bar.set_stage("evaluating the initial model")
   initial = run.task.evaluate(run.server.weights)
   log(f"initial test accuracy {initial['accuracy']:.4f} ({run.task.accuracy_note})")
-  metrics = outputs.MetricsWriter(out, columns=outputs.metric_columns(run.adaptive))
+  columns = outputs.metric_columns(run.adaptive)
+  metrics = metrics_csv.MetricsCsv.fresh(out, columns)
+  tensorboard = TensorBoardScalars(out / "tensorboard", columns)
   bar.set_stage(None)
   try:
     with participation_log.ParticipationLogWriter(out / "participation.csv") as log_writer:
       program = logic.Program(
         checkpoints=logic.NoCheckpoints(),
-        metrics_managers=(MetricsRelease(metrics),),
+        metrics_managers=(metrics, tensorboard),
         model_manager=logic.NoReleases(),
         participation_log=log_writer,
         journal=logic.NoJournal(),
@@ -169,6 +186,7 @@ def _simulate_into(run, out: Path, run_id: str, start: float, bar, report: bool,
     if run.noise is not None:
       run.noise.close()
   metrics.close()
+  tensorboard.flush()
   bar.set_stage("auditing the participation log")
   seconds = time.perf_counter() - start
   return logic.finish(

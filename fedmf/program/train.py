@@ -5,7 +5,7 @@ round twice with different noise, and `run_training`, which runs the program log
 (`fedmf.program.logic.run_rounds`, an async function of its platform pieces) with them: the run's
 round runner (in process or TFF workers) and participation data source iterator, a
 `tff.program.FileProgramStateManager` (`FileCheckpoints`), release managers for metrics
-(`MetricsJournal` keyed by round, TFF's `TensorBoardReleaseManager`) and for the model
+(`metrics_csv.MetricsCsv.resumable` keyed by round, TFF's `TensorBoardReleaseManager`) and for the model
 (`ModelReleaseManager`), the durable participation log and the release journal (`ReleaseJournal`).
 
 ROOT holds:
@@ -55,6 +55,7 @@ from fedmf import atomic_files
 from fedmf import progress as progress_lib
 from fedmf.errors import FedmfUserError
 from fedmf.program import logic
+from fedmf.program import metrics_csv
 from fedmf.program import training_run
 from fedmf.program import outputs
 from fedmf.program import run_dir
@@ -91,59 +92,6 @@ class ModelReleaseManager(tff.program.ReleaseManager):
     name = "final_model.npz" if key == "final" else f"model_round_{int(key):06d}.npz"
     with atomic_files.open_atomic(self.directory / name, binary=True) as f:
       np.savez(f, *[np.asarray(w) for w in value])
-
-
-class MetricsJournal(tff.program.ReleaseManager):
-  """metrics.csv of a resumable run: a release manager keyed by the round whose rows are appended
-  and fsynced (`atomic_files.Journal`), in the column order of `fedmf simulate`'s metrics.csv
-  (`outputs.metric_columns`: with adaptive clipping also ζ_t and the noisy fraction within it).
-
-  Why not TFF's `CSVFileReleaseManager`: it orders columns alphabetically (it flattens the value
-  as a sorted structure) and rewrites the whole file whenever a round brings a new key (the first
-  evaluated round), and it does not fsync; the program logic writes a round's metrics before the
-  checkpoint that covers the round, and the audit counts these rows as the rounds run. On resume
-  the file is first cut to the rounds the checkpoint covers (`truncate_csv_by_round`) and, if an
-  earlier version wrote it in another column order, rewritten in this one.
-  """
-
-  def __init__(
-    self, path: Path, resume_below: int, columns: tuple[str, ...] = outputs.METRIC_COLUMNS
-  ):
-    from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
-
-    self.path = Path(path)
-    if self.path.exists():
-      participation_log.truncate_csv_by_round(self.path, resume_below)
-      _reorder_columns(self.path, columns)
-    self._journal = atomic_files.Journal(self.path, ",".join(columns) + "\n", newline="")
-    self._columns = columns
-
-  async def release(self, value: dict[str, float], key: int) -> None:
-    row = {k: int(v) if k in training_run.INT_METRICS else v for k, v in value.items()}
-    self._journal.append(outputs.metrics_row({"round": int(key), **row}, self._columns))
-
-  def close(self) -> None:
-    self._journal.close()
-
-
-def _reorder_columns(path: Path, columns: tuple[str, ...]) -> None:
-  """Rewrites a CSV (atomically) with `columns` in this order, if its header is another order;
-  columns it lacks are left empty."""
-  import csv  # pylint: disable=g-import-not-at-top
-  import io  # pylint: disable=g-import-not-at-top
-
-  with open(path, newline="", encoding="utf-8") as f:
-    reader = csv.reader(f)
-    header = next(reader, None)
-    rows = [dict(zip(header, row)) for row in reader] if header else []
-  if header is None or tuple(header) == columns:
-    return
-  buf = io.StringIO()
-  writer = csv.writer(buf, lineterminator="\n")
-  writer.writerow(columns)
-  for row in rows:
-    writer.writerow(["" if row.get(k) in (None, "None") else row[k] for k in columns])
-  atomic_files.write_text(path, buf.getvalue(), tag="reorder", newline="")
 
 
 class ReleaseJournal:
@@ -421,10 +369,12 @@ def _run_program(
   from fedmf.privacy import participation_log  # pylint: disable=g-import-not-at-top
 
   config = run.config
-  metrics_csv = MetricsJournal(
-    root / "metrics.csv", resume_below=version, columns=outputs.metric_columns(run.adaptive)
+  metrics_file = metrics_csv.MetricsCsv.resumable(
+    root / metrics_csv.METRICS_FILE,
+    resume_below=version,
+    columns=outputs.metric_columns(run.adaptive),
   )
-  metrics = (metrics_csv, tff.program.TensorBoardReleaseManager(str(root / "tensorboard")))
+  metrics = (metrics_file, tff.program.TensorBoardReleaseManager(str(root / "tensorboard")))
   journal = ReleaseJournal(root / JOURNAL)
   try:
     with participation_log.AppendableParticipationLog(
@@ -442,7 +392,7 @@ def _run_program(
       return asyncio.run(logic.run_rounds(run, program, checkpoints.initial_accuracy))
   finally:
     journal.close()
-    metrics_csv.close()
+    metrics_file.close()
 
 
 def _finish(

@@ -86,9 +86,14 @@ def test_the_program_pieces_are_typed_by_role():
   import tensorflow_federated as tff
 
   from fedmf.privacy import participation_log
-  from fedmf.program import logic, simulate, train
+  from fedmf.program import logic, metrics_csv, simulate, train
 
-  for manager in (logic.NoReleases, simulate.MetricsRelease, train.ModelReleaseManager):
+  for manager in (
+    logic.NoReleases,
+    metrics_csv.MetricsCsv,
+    simulate.TensorBoardScalars,
+    train.ModelReleaseManager,
+  ):
     assert issubclass(manager, tff.program.ReleaseManager), manager
   assert isinstance(logic.NoCheckpoints(), logic.Checkpoints)
   assert isinstance(logic.NoJournal(), logic.Journal)

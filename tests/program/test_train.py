@@ -324,7 +324,7 @@ def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_r
   checkpoint would miss round 5 for good (resume truncates the log to the checkpoint and goes on
   from round 6), and its audit would under-count those devices' participations."""
   from fedmf.privacy import log_journal
-  from fedmf.program import train
+  from fedmf.program import metrics_csv, train
 
   extra = RESUMED
   capsys.readouterr()
@@ -335,7 +335,7 @@ def test_a_crash_between_a_rounds_records_and_its_checkpoint_loses_no_released_r
     # Round 7's participation rows, before its metrics (resumed from version 6).
     (log_journal.AppendableParticipationLog, "write_round", lambda r, ids: r == 7),
     # Round 8's metrics, before its model release and the checkpoint that covers it.
-    (train.MetricsJournal, "release", lambda value, key: key == 8),
+    (metrics_csv.MetricsCsv, "release", lambda value, key: key == 8),
   ]
   for owner, name, when in crash_points:
     with monkeypatch.context() as patch:
@@ -368,8 +368,7 @@ def test_metrics_rows_are_durable_in_simulates_column_order(tmp_path, monkeypatc
   earlier ROOT's file is rewritten in the new order when the run resumes."""
   import asyncio
 
-  from fedmf.program import outputs
-  from fedmf.program import train
+  from fedmf.program import metrics_csv, outputs
 
   synced = []
   real = os.fsync
@@ -377,7 +376,7 @@ def test_metrics_rows_are_durable_in_simulates_column_order(tmp_path, monkeypatc
   path = tmp_path / "metrics.csv"
   old = "round,accuracy,clients,loss\n0,,4.0,3.5\n1,0.25,4.0,3.25\n2,,4.0,3.0\n"
   path.write_text(old)  # As TFF's manager wrote it, with round 2 after the checkpoint.
-  journal = train.MetricsJournal(path, resume_below=2)
+  journal = metrics_csv.MetricsCsv.resumable(path, resume_below=2)
   synced.clear()
   asyncio.run(journal.release({"loss": 2.75, "clients": 4.0, "round_seconds": 0.5}, 2))
   assert synced  # On disk when release returns.
