@@ -2,11 +2,13 @@
 """Follows the config through one `fedmf simulate` or `fedmf train` run (issue 21's measure).
 
 A call is on the config's path when a function of fedmf receives the run's `TrainingConfig` or
-one of its sections (participation, budget, worker_tls) among its arguments. The path is the
+one of its sections (participation, budget, worker_tls) among its arguments (not as `self`: a
+section's own methods and properties are the config reading itself). The path is the
 sequence of modules the config is in: the module of each such call, and, when it returns, the
 module of the call that handed it the config (repeats collapsed); a *return* is an entry into a
 module already on the path. Prints the modules entered, the returns and the path.
 
+  .venv/bin/python tools/config_flow.py                # both commands
   .venv/bin/python tools/config_flow.py simulate       # a 2-round synthetic simulate
   .venv/bin/python tools/config_flow.py train
 """
@@ -72,7 +74,9 @@ def follow(command: str) -> list[str]:
     code = frame.f_code
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     local = frame.f_locals
-    if any(id(local.get(n)) in ids for n in names if n in local):
+    # `self`: a section's own method or property (`recipe.adaptive`) is the config reading
+    # itself, not the config handed to another module.
+    if any(id(local.get(n)) in ids for n in names if n in local and n != "self"):
       module = os.path.relpath(filename, ROOT)
       if threading.current_thread() is threading.main_thread():
         holders.append(id(frame))
@@ -99,18 +103,26 @@ def follow(command: str) -> list[str]:
 
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("command", choices=("simulate", "train"))
-  args = parser.parse_args()
-  path = follow(args.command)
-  seen, returns = set(), 0
-  for module in path:
-    returns += module in seen
-    seen.add(module)
-  print(
-    f"fedmf {args.command}: {len(seen)} modules entered, {returns} returns to a module already on the path"
+  # No `choices`: argparse checks a nargs="*" default list against them as one value.
+  parser.add_argument(
+    "commands", nargs="*", metavar="COMMAND", help="simulate, train (default: both)"
   )
-  for module in path:
-    print(f"  {module}")
+  args = parser.parse_args()
+  args.commands = args.commands or ["simulate", "train"]
+  for command in args.commands:
+    if command not in ("simulate", "train"):
+      parser.error(f"unknown command {command!r} (simulate, train)")
+  for command in args.commands:
+    path = follow(command)
+    seen, returns = set(), 0
+    for module in path:
+      returns += module in seen
+      seen.add(module)
+    print(
+      f"fedmf {command}: {len(seen)} modules entered, {returns} returns to a module already on the path"
+    )
+    for module in path:
+      print(f"  {module}")
   return 0
 
 
