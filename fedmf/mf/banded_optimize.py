@@ -47,6 +47,7 @@ the optimum 25265.84 that rtol = 1e-8 reaches after ~230 iterations (measured).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -54,6 +55,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import threadpoolctl
 from scipy.linalg import blas, lapack
 
 from fedmf.errors import FedmfUserError
@@ -198,124 +200,136 @@ def optimize_bandmf(
   a = None if workloads_lib.is_prefix_sum(workload) else np.asarray(workload, dtype=np.float64)
   if a is not None and a.shape != (n, n):
     raise FedmfUserError(f'workload has shape {a.shape}, expected ({n}, {n})')
-  started = time.perf_counter()
-  coarse_info = {'iterations': 0, 'evaluations': 0}
-  if init is not None:
-    start_used = 'init'
-    theta0 = banded_matrix.normalize_columns(
-      banded_matrix.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n
-    )
-  elif (
-    method == 'theta' and objective == 'rms' and a is None and uses_coarse_start(n, bands, start)
+  # One BLAS thread for the block recursion: on its s×s blocks (s = max(b̂ + 1, 64)) a second
+  # OpenBLAS thread buys little on a quiet machine (dtrmm, half the work, runs on one thread
+  # anyway) and costs much on a loaded one, where the threads wait for each other: one evaluation
+  # at n = 2052, b̂ = 342 took 0.25 CPU-s and 0.26 s wall on one thread against 0.43-0.46 CPU-s and
+  # 0.67-0.87 s wall on two (load 5.6 on 2 cores; docs/benchmarks.md). The dense routes' n×n
+  # products keep the default.
+  blocks = method == 'theta' and a is None and route != 'dense'
+  with (
+    threadpoolctl.threadpool_limits(limits=1, user_api='blas')
+    if blocks
+    else contextlib.nullcontext()
   ):
-    start_used = 'coarse'
-    theta0, coarse_info = coarse_start_theta(n, bands, max_iter, rtol, memory)
-  else:
-    uses_coarse_start(n, bands, start)  # Validates `start`.
-    start_used = 'sqrt-toeplitz'
-    theta0 = warm_start_theta(n, bands)
-  if bands == 1:
-    theta = np.ones((1, n))
-    result = lbfgs.LbfgsResult(
-      x=np.zeros(0),
-      f=_x_value_and_grad(np.ones((1, n)), a)[0],
-      iterations=0,
-      evaluations=1,
-      converged=True,
-    )
-  elif method == 'x':
-    mask = _strict_band_mask(bands, n)
-    x_low0 = banded_matrix.gram_band(theta0)
+    started = time.perf_counter()
+    coarse_info = {'iterations': 0, 'evaluations': 0}
+    if init is not None:
+      start_used = 'init'
+      theta0 = banded_matrix.normalize_columns(
+        banded_matrix.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n
+      )
+    elif (
+      method == 'theta' and objective == 'rms' and a is None and uses_coarse_start(n, bands, start)
+    ):
+      start_used = 'coarse'
+      theta0, coarse_info = coarse_start_theta(n, bands, max_iter, rtol, memory)
+    else:
+      uses_coarse_start(n, bands, start)  # Validates `start`.
+      start_used = 'sqrt-toeplitz'
+      theta0 = warm_start_theta(n, bands)
+    if bands == 1:
+      theta = np.ones((1, n))
+      result = lbfgs.LbfgsResult(
+        x=np.zeros(0),
+        f=_x_value_and_grad(np.ones((1, n)), a)[0],
+        iterations=0,
+        evaluations=1,
+        converged=True,
+      )
+    elif method == 'x':
+      mask = _strict_band_mask(bands, n)
+      x_low0 = banded_matrix.gram_band(theta0)
 
-    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+      def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        x_low = np.zeros((bands, n))
+        x_low[0] = 1.0
+        x_low[mask] = x
+        value, grad = _x_value_and_grad(x_low, a)
+        return value, (grad[mask] if grad is not None else None)
+
+      result = _run_lbfgs(fun, x_low0[mask], max_iter, memory, rtol, progress, started)
       x_low = np.zeros((bands, n))
       x_low[0] = 1.0
-      x_low[mask] = x
-      value, grad = _x_value_and_grad(x_low, a)
-      return value, (grad[mask] if grad is not None else None)
+      x_low[mask] = result.x
+      theta = banded_matrix.reverse_cholesky_banded(x_low)
+    elif method == 'theta':
+      mask = _in_range_mask(bands, n)
 
-    result = _run_lbfgs(fun, x_low0[mask], max_iter, memory, rtol, progress, started)
-    x_low = np.zeros((bands, n))
-    x_low[0] = 1.0
-    x_low[mask] = result.x
-    theta = banded_matrix.reverse_cholesky_banded(x_low)
-  elif method == 'theta':
-    mask = _in_range_mask(bands, n)
+      def make_fun(weights):
+        def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+          th = np.zeros((bands, n))
+          th[mask] = x
+          if not np.all(np.sum(th * th, axis=0) > 0):
+            return math.inf, None
+          value, grad, _ = banded_matrix.loss_and_grad_with_row_weights(th, a, weights, route)
+          return value, grad[mask]
 
-    def make_fun(weights):
-      def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        th = np.zeros((bands, n))
-        th[mask] = x
-        if not np.all(np.sum(th * th, axis=0) > 0):
-          return math.inf, None
-        value, grad, _ = banded_matrix.loss_and_grad_with_row_weights(th, a, weights, route)
-        return value, grad[mask]
+        return fun
 
-      return fun
-
-    if objective == 'rms':
-      result = _run_lbfgs(
-        make_fun(lambda r: (float(np.sum(r)), None)),
-        theta0[mask],
-        max_iter,
-        memory,
-        rtol,
-        progress,
-        started,
-      )
-    else:
-      # Smooth continuation for max_i r_i: minimize (Σ r_i^p)^{1/p}, which lies within a factor
-      # n^{1/p} of the maximum, for p = 16, 64, 256, 1024, each stage warm-started from the last.
-      x = theta0[mask]
-      per_stage = max(1, max_iter // len(_MAX_POWERS))
-      iterations = evaluations = 0
-      for power in _MAX_POWERS:
-        stage_progress = (
-          None
-          if progress is None
-          else functools.partial(
-            _offset_progress, progress=progress, offset=iterations, power=power
-          )
-        )
+      if objective == 'rms':
         result = _run_lbfgs(
-          make_fun(functools.partial(_pnorm_weights, power=power)),
-          x,
-          per_stage,
+          make_fun(lambda r: (float(np.sum(r)), None)),
+          theta0[mask],
+          max_iter,
           memory,
           rtol,
-          stage_progress,
+          progress,
           started,
         )
-        x = result.x
-        iterations += result.iterations
-        evaluations += result.evaluations
-      result = dataclasses.replace(result, iterations=iterations, evaluations=evaluations)
-    theta = np.zeros((bands, n))
-    theta[mask] = result.x
-  else:
-    raise ValueError(f"method must be 'x' or 'theta', got {method!r}")
+      else:
+        # Smooth continuation for max_i r_i: minimize (Σ r_i^p)^{1/p}, which lies within a factor
+        # n^{1/p} of the maximum, for p = 16, 64, 256, 1024, each stage warm-started from the last.
+        x = theta0[mask]
+        per_stage = max(1, max_iter // len(_MAX_POWERS))
+        iterations = evaluations = 0
+        for power in _MAX_POWERS:
+          stage_progress = (
+            None
+            if progress is None
+            else functools.partial(
+              _offset_progress, progress=progress, offset=iterations, power=power
+            )
+          )
+          result = _run_lbfgs(
+            make_fun(functools.partial(_pnorm_weights, power=power)),
+            x,
+            per_stage,
+            memory,
+            rtol,
+            stage_progress,
+            started,
+          )
+          x = result.x
+          iterations += result.iterations
+          evaluations += result.evaluations
+        result = dataclasses.replace(result, iterations=iterations, evaluations=evaluations)
+      theta = np.zeros((bands, n))
+      theta[mask] = result.x
+    else:
+      raise ValueError(f"method must be 'x' or 'theta', got {method!r}")
 
-  theta = banded_matrix.normalize_columns(theta, n)
-  row_sq = banded_matrix.decoder_row_sq_norms(theta, a)
-  info: dict[str, Any] = {
-    'loss_sq': float(np.sum(row_sq)),
-    'max_row_sq': float(np.max(row_sq)),
-    'objective': objective,
-    'iterations': result.iterations,
-    'evaluations': result.evaluations,
-    'seconds': time.perf_counter() - started,
-    'converged': result.converged,
-    'method': method,
-    'bands': bands,
-    'start': start_used,
-    'coarse_iterations': coarse_info['iterations'],
-    'coarse_evaluations': coarse_info['evaluations'],
-  }
-  if min_sep is not None:
-    sens_sq = banded_matrix.sensitivity_sq(n, bands, min_sep, max_participations)
-    info['sens_sq'] = sens_sq
-    info['expected_total_sq_error'] = sens_sq * info['loss_sq']
-  return theta, info
+    theta = banded_matrix.normalize_columns(theta, n)
+    row_sq = banded_matrix.decoder_row_sq_norms(theta, a)
+    info: dict[str, Any] = {
+      'loss_sq': float(np.sum(row_sq)),
+      'max_row_sq': float(np.max(row_sq)),
+      'objective': objective,
+      'iterations': result.iterations,
+      'evaluations': result.evaluations,
+      'seconds': time.perf_counter() - started,
+      'converged': result.converged,
+      'method': method,
+      'bands': bands,
+      'start': start_used,
+      'coarse_iterations': coarse_info['iterations'],
+      'coarse_evaluations': coarse_info['evaluations'],
+    }
+    if min_sep is not None:
+      sens_sq = banded_matrix.sensitivity_sq(n, bands, min_sep, max_participations)
+      info['sens_sq'] = sens_sq
+      info['expected_total_sq_error'] = sens_sq * info['loss_sq']
+    return theta, info
 
 
 _MAX_POWERS = (16, 64, 256, 1024)
