@@ -83,6 +83,12 @@ def main(argv=None) -> int:
 
   (dense, d_wall, d_cpu) = _best(lambda: evaluate("dense"), args.repeats)
   (blocks, b_wall, b_cpu) = _best(lambda: evaluate("blocks"), args.repeats)
+  import threadpoolctl  # pylint: disable=g-import-not-at-top
+
+  # The optimizer runs the block recursion on one BLAS thread (banded_optimize.optimize_bandmf):
+  # the same evaluation on one thread, against the default (both cores) above.
+  with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+    (_, one_wall, one_cpu) = _best(lambda: evaluate("blocks"), args.repeats)
   c = banded_matrix.normalize_columns(theta, n)
   (prefix, f_wall, f_cpu) = _best(lambda: banded_blocks.PrefixError(c), args.repeats)
   (_, r_wall, r_cpu) = _best(prefix.gradient, args.repeats)
@@ -90,6 +96,7 @@ def main(argv=None) -> int:
   out["evaluation"] = {
     "dense": {"wall": d_wall, "cpu": d_cpu},
     "blocks": {"wall": b_wall, "cpu": b_cpu, "forward_cpu": f_cpu, "reverse_cpu": r_cpu},
+    "blocks_one_thread": {"wall": one_wall, "cpu": one_cpu},
     "relative_gradient_difference": agree,
     "loss_sq": [dense[0], blocks[0]],
   }
@@ -98,6 +105,11 @@ def main(argv=None) -> int:
   print(
     f"  block recursion wall {b_wall:6.3f} s  CPU {b_cpu:6.3f} s  (forward {f_cpu:.3f}, "
     f"reverse {r_cpu:.3f} CPU s)  ×{d_wall / b_wall:.2f} wall, ×{d_cpu / b_cpu:.2f} CPU"
+  )
+  print(
+    f"  block recursion, one BLAS thread (as the optimizer runs it) wall {one_wall:6.3f} s  "
+    f"CPU {one_cpu:6.3f} s  ×{b_wall / one_wall:.2f} wall, ×{b_cpu / one_cpu:.2f} CPU against "
+    "the default threads"
   )
   print(f"  loss {dense[0]:.6f} / {blocks[0]:.6f}; gradients differ by {agree:.1e} (relative)")
 
@@ -117,7 +129,8 @@ def main(argv=None) -> int:
   for route, start in runs:
     load = os.getloadavg()[0]
     info, wall, cpu = _timed(lambda route=route, start=start: optimize(route, start))
-    rows[f"{route}, {info['start']} start"] = {
+    rows[f"{route}, {start} start"] = {
+      "start_used": info["start"],
       "wall": wall,
       "cpu": cpu,
       "load": load,
@@ -146,7 +159,7 @@ def main(argv=None) -> int:
       else ""
     )
     print(
-      f"  {name:<28} wall {r['wall']:7.2f} s  CPU {r['cpu']:7.2f} s  (load {r['load']:.1f})  "
+      f"  {name + ' (' + r['start_used'] + ')':<42} wall {r['wall']:7.2f} s  CPU {r['cpu']:7.2f} s  (load {r['load']:.1f})  "
       f"{r['iterations']} iterations / {r['evaluations']} evaluations{coarse}, "
       f"‖AC⁻¹‖²_F {r['loss_sq']:.4f}, RmsLoss {r['rms_loss']:.6f}"
       + (
