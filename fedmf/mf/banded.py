@@ -28,7 +28,7 @@ from fedmf.mf.banded_stream import BandedStream, banded_stream
 # L-BFGS iterations after which `banded_optimize`'s stopping rule (rtol 1e-6) ends, rounded up from
 # the measured 58 (n = 256, b̂ = 64), 100 (1026, 171) and 132 (2052, 342; 136 evaluations) from the
 # square-root Toeplitz start, and from the nested coarse start (`banded_optimize.uses_coarse_start`)
-# 109 (2052, 342; 113 evaluations, after 100 at 1026, 171).
+# 108-110 (2052, 342; 111-113 evaluations, after 87 at 1026, 171).
 EXPECTED_ITERATIONS = 160
 EXPECTED_ITERATIONS_AFTER_COARSE = 130
 
