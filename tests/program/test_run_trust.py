@@ -188,7 +188,8 @@ def _train_args(root, extra):
 
 def test_unfinished_train_root_is_refused_until_resumed(tmp_path, capsys):
   root = tmp_path / "root"
-  extra = ["rounds=40", "checkpoint_every=1", "eval_every=40"]
+  # Killed after 2 released rounds: 6 rounds of margin, and a short resume (a checkpoint a round).
+  extra = ["rounds=8", "checkpoint_every=1", "eval_every=8"]
   proc = subprocess.Popen(
     _command(_train_args(root, extra)),
     env=_env(),

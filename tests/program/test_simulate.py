@@ -361,3 +361,29 @@ def test_the_report_curve_shows_the_consoles_epsilon(tmp_path, capsys, cache_dir
         assert point["sensitivity_method"] != "upper-bound"
         compared += 1
   assert compared >= 5
+
+
+def test_runs_in_one_process_clip_at_their_own_clip_norm(tmp_path, capsys, cache_dir):
+  """The client round is built once per model and recipe in a process (`training_run`): a second
+  run with another ζ, or another learning rate, must not get the first run's computation (its ζ is
+  a constant of the computation: a stale one would clip at the wrong norm, and the privacy
+  analysis would not hold)."""
+
+  def clipped(out):
+    return [int(row["clipped"]) for row in csv.DictReader(open(out / "metrics.csv"))]
+
+  fast = ["rounds=2", "eval_every=2", "noise_multiplier=0"]
+  loose, _ = _simulate(tmp_path, capsys, [*fast, "clip_norm=1e6"], "loose")
+  tight, _ = _simulate(tmp_path, capsys, [*fast, "clip_norm=1e-9"], "tight")
+  again, _ = _simulate(tmp_path, capsys, [*fast, "clip_norm=1e6"], "again")
+  assert clipped(loose) == clipped(again) == [0, 0]
+  assert clipped(tight) == [4, 4]  # Every client's update is longer than 1e-9.
+  # Same ζ, another client learning rate: the second round starts from another model.
+  other, _ = _simulate(
+    tmp_path, capsys, [*fast, "clip_norm=1e6", "client_learning_rate=0.01"], "lr"
+  )
+
+  def losses(out):
+    return [float(row["loss"]) for row in csv.DictReader(open(out / "metrics.csv"))]
+
+  assert losses(loose) == losses(again) and losses(other)[1] != losses(loose)[1]

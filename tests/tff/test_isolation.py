@@ -61,8 +61,8 @@ def test_a_simulation_listens_on_no_network_address(tmp_path, workers):
     "clients_per_call=2",
     "max_sentences_per_client=8",
     "test_sentences=32",
-    "rounds=40",
-    "eval_every=20",
+    "rounds=12",  # Every round's chunks start, train and end under the watch below.
+    "eval_every=6",
     "participation.min_sep=2",
     "noise_multiplier=1.0",
     f"workers={workers}",
