@@ -2,19 +2,22 @@
 """General BandMF at the papers' size: the block recursion against the dense route, in one run.
 
   .venv/bin/python benchmarks/bandmf_benchmark.py [--n 2052 --bands 342 --max-participations 6]
-      [--repeats 3] [--skip-dense-optimize] [--skip-cli] [--json FILE]
+      [--repeats 3] [--skip-dense-optimize] [--skip-cold-start] [--skip-cli] [--json FILE]
 
 Prints, for the same (n, b̂) and in the same process:
   1. one loss-and-gradient evaluation at the optimizer's start, by the dense route (a triangular
      inverse of the n×n C and blocked products, O(n³): what `fedmf strategy optimize` did before)
      and by the block recursion (fedmf.mf.banded_blocks, O(n·b̂²)): best wall and CPU seconds of
      --repeats, and how much of the time each part takes (forward pass, reverse pass);
-  2. the whole optimization (`banded_optimize.optimize_bandmf`, default stopping rule) by both
-     routes: wall and CPU seconds, iterations, evaluations, ‖A C⁻¹‖²_F and RmsLoss;
+  2. the whole optimization (`banded_optimize.optimize_bandmf`, default stopping rule rtol 1e-6):
+     as users get it (block recursion, nested coarse start), then from the square-root Toeplitz
+     start (--skip-cold-start drops it) and by the dense route (--skip-dense-optimize drops it):
+     wall and CPU seconds, the load average at its start, iterations and evaluations (of the
+     coarse level too), ‖A C⁻¹‖²_F and RmsLoss, and each row's ratio to the first;
   3. the command users run, end to end in a fresh process (imports, optimization, evaluation and
      the JSON output): `fedmf strategy optimize --mechanism bandmf --n N --min-sep B
      --max-participations K --json`, wall seconds and its RmsLoss.
-Ratios are dense / blocks (higher: the block recursion is faster). The machine's load average is
+Evaluation ratios are dense / blocks (higher: the block recursion is faster). The machine's load average is
 printed before and after: on the shared 2-core machine other processes inflate wall times, the
 CPU seconds much less. jax_privacy's optimizer on the same problem: benchmarks/strategy_benchmark.py
 --cases bandmf (docs/benchmarks.md §1).
@@ -57,6 +60,7 @@ def main(argv=None) -> int:
   parser.add_argument("--max-participations", type=int, default=6)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--skip-dense-optimize", action="store_true")
+  parser.add_argument("--skip-cold-start", action="store_true")
   parser.add_argument("--skip-cli", action="store_true")
   parser.add_argument("--json", metavar="FILE")
   args = parser.parse_args(argv)
@@ -79,6 +83,12 @@ def main(argv=None) -> int:
 
   (dense, d_wall, d_cpu) = _best(lambda: evaluate("dense"), args.repeats)
   (blocks, b_wall, b_cpu) = _best(lambda: evaluate("blocks"), args.repeats)
+  import threadpoolctl  # pylint: disable=g-import-not-at-top
+
+  # The optimizer runs the block recursion on one BLAS thread (banded_optimize.optimize_bandmf):
+  # the same evaluation on one thread, against the default (both cores) above.
+  with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+    (_, one_wall, one_cpu) = _best(lambda: evaluate("blocks"), args.repeats)
   c = banded_matrix.normalize_columns(theta, n)
   (prefix, f_wall, f_cpu) = _best(lambda: banded_blocks.PrefixError(c), args.repeats)
   (_, r_wall, r_cpu) = _best(prefix.gradient, args.repeats)
@@ -86,6 +96,7 @@ def main(argv=None) -> int:
   out["evaluation"] = {
     "dense": {"wall": d_wall, "cpu": d_cpu},
     "blocks": {"wall": b_wall, "cpu": b_cpu, "forward_cpu": f_cpu, "reverse_cpu": r_cpu},
+    "blocks_one_thread": {"wall": one_wall, "cpu": one_cpu},
     "relative_gradient_difference": agree,
     "loss_sq": [dense[0], blocks[0]],
   }
@@ -95,20 +106,38 @@ def main(argv=None) -> int:
     f"  block recursion wall {b_wall:6.3f} s  CPU {b_cpu:6.3f} s  (forward {f_cpu:.3f}, "
     f"reverse {r_cpu:.3f} CPU s)  ×{d_wall / b_wall:.2f} wall, ×{d_cpu / b_cpu:.2f} CPU"
   )
+  print(
+    f"  block recursion, one BLAS thread (as the optimizer runs it) wall {one_wall:6.3f} s  "
+    f"CPU {one_cpu:6.3f} s  ×{b_wall / one_wall:.2f} wall, ×{b_cpu / one_cpu:.2f} CPU against "
+    "the default threads"
+  )
   print(f"  loss {dense[0]:.6f} / {blocks[0]:.6f}; gradients differ by {agree:.1e} (relative)")
 
-  def optimize(route):
-    theta_opt, info = banded_optimize.optimize_bandmf(n, bands, bands, k, route=route)
+  def optimize(route, start):
+    theta_opt, info = banded_optimize.optimize_bandmf(n, bands, bands, k, route=route, start=start)
     return info
 
+  # Rows: the default (block recursion from the nested coarse start, 'auto'), the block recursion
+  # from the square-root Toeplitz start (the same-run baseline of the coarse start), and the dense
+  # route from that start (the baseline of the block recursion).
+  runs = [("blocks", "auto")]
+  if not args.skip_cold_start:
+    runs.append(("blocks", "sqrt-toeplitz"))
+  if not args.skip_dense_optimize:
+    runs.append(("dense", "sqrt-toeplitz"))
   rows = {}
-  for route in ("blocks",) + (() if args.skip_dense_optimize else ("dense",)):
-    info, wall, cpu = _timed(lambda route=route: optimize(route))
-    rows[route] = {
+  for route, start in runs:
+    load = os.getloadavg()[0]
+    info, wall, cpu = _timed(lambda route=route, start=start: optimize(route, start))
+    rows[f"{route}, {start} start"] = {
+      "start_used": info["start"],
       "wall": wall,
       "cpu": cpu,
+      "load": load,
       "iterations": info["iterations"],
       "evaluations": info["evaluations"],
+      "coarse_iterations": info["coarse_iterations"],
+      "coarse_evaluations": info["coarse_evaluations"],
       "loss_sq": info["loss_sq"],
       "rms_loss": math.sqrt(sens_sq * info["loss_sq"] / n),
     }
@@ -120,17 +149,24 @@ def main(argv=None) -> int:
     ParticipationSchema(n, bands, k), strategies.OptimizeOptions()
   )
   out["estimate"] = {"seconds": estimate.seconds, "memory_bytes": estimate.memory_bytes}
-  print("\nthe whole optimization (default stopping rule)")
-  for route, r in rows.items():
-    ratio = (
-      f"  ×{rows['dense']['wall'] / r['wall']:.2f} wall, ×{rows['dense']['cpu'] / r['cpu']:.2f} CPU"
-      if "dense" in rows and route == "blocks"
+  print("\nthe whole optimization (default stopping rule); ratios: the row against this one")
+  first = next(iter(rows.values()))
+  for name, r in rows.items():
+    coarse = (
+      f" (+ {r['coarse_iterations']} / {r['coarse_evaluations']} at n = {(n + 1) // 2}, "
+      f"b̂ = {(bands + 1) // 2})"
+      if r["coarse_iterations"]
       else ""
     )
     print(
-      f"  {route:<6} wall {r['wall']:7.2f} s  CPU {r['cpu']:7.2f} s  {r['iterations']} iterations, "
-      f"{r['evaluations']} evaluations, ‖AC⁻¹‖²_F {r['loss_sq']:.4f}, RmsLoss {r['rms_loss']:.6f}"
-      + ratio
+      f"  {name + ' (' + r['start_used'] + ')':<42} wall {r['wall']:7.2f} s  CPU {r['cpu']:7.2f} s  (load {r['load']:.1f})  "
+      f"{r['iterations']} iterations / {r['evaluations']} evaluations{coarse}, "
+      f"‖AC⁻¹‖²_F {r['loss_sq']:.4f}, RmsLoss {r['rms_loss']:.6f}"
+      + (
+        f"  ×{r['wall'] / first['wall']:.2f} wall, ×{r['cpu'] / first['cpu']:.2f} CPU"
+        if r is not first
+        else ""
+      )
     )
 
   print(

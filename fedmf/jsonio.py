@@ -42,6 +42,13 @@ def strict_json(obj: Any) -> Any:
 
 def json_text(obj: Any, indent: Optional[int] = 1) -> str:
   """Strict JSON text of `obj` (numpy values as Python's, NaN and infinities as null)."""
+  try:
+    # One pass when every non-finite float is a float (numpy's float64 is one) outside numpy
+    # arrays: the same text without the round trip below, which took half of the 2.6 s that a
+    # BandMF strategy file of 643,473 floats (n = 2052, b̂ = 342) took to write.
+    return json.dumps(strict_json(obj), default=_default, indent=indent, allow_nan=False)
+  except ValueError:  # A NaN or infinity inside a numpy array: convert everything first.
+    pass
   plain = json.loads(json.dumps(obj, default=_default, allow_nan=True))
   return json.dumps(strict_json(plain), indent=indent, allow_nan=False)
 

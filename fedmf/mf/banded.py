@@ -26,8 +26,11 @@ from fedmf.mf.banded_stream import BandedStream, banded_stream
 
 
 # L-BFGS iterations after which `banded_optimize`'s stopping rule (rtol 1e-6) ends, rounded up from
-# the measured 58 (n = 256, b̂ = 64), 100 (1026, 171) and 132 (2052, 342; 136 evaluations).
+# the measured 58 (n = 256, b̂ = 64), 100 (1026, 171) and 132 (2052, 342; 136 evaluations) from the
+# square-root Toeplitz start, and from the nested coarse start (`banded_optimize.uses_coarse_start`)
+# 108-110 (2052, 342; 111-113 evaluations, after 87 at 1026, 171).
 EXPECTED_ITERATIONS = 160
+EXPECTED_ITERATIONS_AFTER_COARSE = 130
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,18 +147,13 @@ class BandMF(strategy_lib.Strategy):
     EXPECTED_ITERATIONS; a smaller --max-iter caps them), each a forward and reverse block pass,
     the L-BFGS history (2·memory vectors of the band), and the final evaluation."""
     n, bands = schema.n, options.band_count(schema)
-    iterations = min(EXPECTED_ITERATIONS, options.max_iter or EXPECTED_ITERATIONS)
-    step = banded_gradient_cost(n, bands)
-    history = resources.FLOAT * 2.0 * 10.0 * bands * float(n)
-    return resources.Cost.of(
-      f"{iterations} L-BFGS iterations of {step.steps[0].what}",
-      step.memory_bytes + history,
-      (1.05 * iterations + 1.0) * step.seconds,
-    ) + banded_error_cost(n, bands)
+    rms = (options.objective or "rms") == "rms"
+    return _optimize_cost(n, bands, options.max_iter, rms) + banded_error_cost(n, bands)
 
   @classmethod
   def optimizer_iterations(cls, options):
-    return options.max_iter  # At most its budget; the stopping rule usually ends it sooner.
+    # At most its budget (per level of the nested start); the stopping rule usually ends it sooner.
+    return options.max_iter
 
   @classmethod
   def optimize(cls, schema, options=strategy_lib.OptimizeOptions()):
@@ -175,3 +173,22 @@ class BandMF(strategy_lib.Strategy):
       {"mechanism": cls.mechanism, "n": schema.n, "bands": bands, "columns": columns}
     )
     return strategy, {"objective": options.objective or "rms", "bands": bands, **info}
+
+
+def _optimize_cost(n: int, bands: int, max_iter: Optional[int], rms: bool) -> resources.Cost:
+  """The L-BFGS iterations at (n, b̂), each a forward and reverse block pass and the L-BFGS history
+  (2·memory vectors of the band), after those of the coarse level when the nested start applies."""
+  bands = min(bands, n)
+  coarse = rms and banded_optimize.uses_coarse_start(n, bands)
+  expected = EXPECTED_ITERATIONS_AFTER_COARSE if coarse else EXPECTED_ITERATIONS
+  iterations = min(expected, max_iter or expected)
+  step = banded_gradient_cost(n, bands)
+  history = resources.FLOAT * 2.0 * 10.0 * bands * float(n)
+  cost = resources.Cost.of(
+    f"{iterations} L-BFGS iterations of {step.steps[0].what}",
+    step.memory_bytes + history,
+    (1.05 * iterations + 1.0) * step.seconds,
+  )
+  if not coarse:
+    return cost
+  return _optimize_cost((n + 1) // 2, (bands + 1) // 2, max_iter, rms) + cost

@@ -31,9 +31,15 @@ Both reach the same optimum (Scaling BandMF App. B Example B.1 to 1e-9). The X r
 stay dense (O(n³)), and it needs far more of them: at n = 2052, b̂ = 342 (prefix sum) 'theta'
 reaches ‖A C⁻¹‖²_F = 25267.5 after 80 iterations, 25266.4 after 100 and 25265.85 after 180, whereas
 the X route is at 25689.8 after 80 and 25514.3 after 100 (measured, 2 shared cores). Hence the
-default. Both start from the column-normalized truncated square-root Toeplitz strategy (the
-optimal banded Toeplitz start saves no iterations: measured at n = 1026, b̂ = 171, as neither a
-larger L-BFGS memory nor per-column scaling of its initial Hessian does).
+default. Small problems start from the column-normalized truncated square-root Toeplitz strategy
+(the optimal banded Toeplitz start saves no iterations: measured at n = 1026, b̂ = 171 and at
+n = 2052, b̂ = 342, 133 iterations either way, as neither a larger L-BFGS memory nor per-column
+scaling of its initial Hessian does). Large ones (n ≥ 1024, b̂ ≥ 128) take a nested start
+(`coarse_start_theta`, the multilevel idea of nested iteration): the optimum at half n and half b̂,
+whose iterations cost ~1/8, interpolated to (n, b̂). What the Toeplitz starts lack is the edges
+(the first and the truncated last columns), which the coarse optimum has; at n = 2052, b̂ = 342 the
+fine level then stops after 108-110 iterations instead of 133-135, at the same loss (RmsLoss
+8.59517), and the whole run takes ~6% less CPU (the coarse levels cost ~4 CPU-s).
 
 Stopping: when the loss fell by less than `rtol` = 1e-6 (relative) over the last 5 iterations. At
 n = 2052, b̂ = 342 that is about iteration 140, ‖A C⁻¹‖²_F = 25265.91 (RmsLoss 8.59517), 3e-6 above
@@ -42,6 +48,7 @@ the optimum 25265.84 that rtol = 1e-8 reaches after ~230 iterations (measured).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -49,6 +56,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import threadpoolctl
 from scipy.linalg import blas, lapack
 
 from fedmf.errors import FedmfUserError
@@ -72,6 +80,60 @@ def warm_start_theta(n: int, bands: int) -> np.ndarray:
   return banded_matrix.normalize_columns(np.tile(coefs[:, None], (1, n)), n)
 
 
+# The nested start applies from this size on: below it the coarse solve saves less than it costs
+# (measured at n = 2052, b̂ = 342: 108-110 fine iterations from the coarse start against 133-135
+# from the square-root Toeplitz start, the coarse solve at n = 1026, b̂ = 171 costing ~1/8 per
+# iteration; at n = 256, b̂ = 32 the two starts need 48 and 49 iterations).
+COARSE_MIN_N = 1024
+COARSE_MIN_BANDS = 128
+STARTS = ('auto', 'sqrt-toeplitz', 'coarse')
+
+
+def uses_coarse_start(n: int, bands: int, start: str = 'auto') -> bool:
+  """Whether `optimize_bandmf` (prefix sum, objective 'rms', no `init`) starts from the coarse
+  solution: `start` 'coarse', or 'auto' at n ≥ COARSE_MIN_N and b̂ ≥ COARSE_MIN_BANDS."""
+  if start not in STARTS:
+    raise ValueError(f'start must be one of {STARTS}, got {start!r}')
+  if start == 'auto':
+    return n >= COARSE_MIN_N and min(bands, n) >= COARSE_MIN_BANDS
+  return start == 'coarse' and n >= 4 and min(bands, n) >= 4
+
+
+def interpolate_theta(theta: np.ndarray, n: int, bands: int) -> np.ndarray:
+  """A (bands × n) band bilinearly interpolated from a coarser (b̂' × n') one, corners aligned:
+  entry (r, j) reads the coarse band at (r·(b̂'-1)/(b̂-1), j·(n'-1)/(n-1)). Not normalized.
+
+  The optimal column-normalized C for the prefix sum changes slowly along its diagonals and down
+  its columns (near-Toeplitz, c_r ~ 1/√r; Scaling BandMF §3), so the optimum at (n/2, b̂/2) read at
+  half resolution is close to the optimum at (n, b̂), edges included, which the Toeplitz starts
+  are not (measured: the optimal band-Toeplitz start saves no iterations at n = 2052, b̂ = 342).
+  """
+  from scipy import ndimage  # pylint: disable=g-import-not-at-top  (only the nested start needs it)
+
+  coarse_bands, coarse_n = theta.shape
+  r = np.arange(bands)[:, None] * ((coarse_bands - 1) / max(bands - 1, 1))
+  j = np.arange(n)[None, :] * ((coarse_n - 1) / max(n - 1, 1))
+  rows, cols = np.broadcast_arrays(r, j)
+  fine = ndimage.map_coordinates(np.asarray(theta, dtype=np.float64), [rows, cols], order=1)
+  return banded_matrix.columns_to_theta(fine, n)
+
+
+def coarse_start_theta(
+  n: int, bands: int, max_iter: int, rtol: float, memory: int
+) -> tuple[np.ndarray, dict[str, Any]]:
+  """The nested (multilevel) start: `optimize_bandmf` at (⌈n/2⌉, ⌈b̂/2⌉) with the same stopping
+  rule and iteration budget (itself started from a coarser solution when that is large enough),
+  interpolated to (n, b̂) and column-normalized. Returns (theta, info of the coarse solve).
+
+  Its iterations are not reported to `progress` (whose steps a progress bar bounds by max_iter):
+  at n = 2052, b̂ = 342 they take ~1/8 of the time."""
+  coarse_n, coarse_bands = (n + 1) // 2, (min(bands, n) + 1) // 2
+  coarse, info = optimize_bandmf(
+    coarse_n, coarse_bands, max_iter=max_iter, rtol=rtol, memory=memory
+  )
+  return banded_matrix.normalize_columns(interpolate_theta(coarse, n, bands), n), info
+
+
 def optimize_bandmf(
   n: int,
   bands: int,
@@ -87,6 +149,7 @@ def optimize_bandmf(
   rtol: float = 1e-6,
   memory: int = 10,
   route: str = 'auto',
+  start: str = 'auto',
 ) -> tuple[np.ndarray, dict[str, Any]]:
   """Optimizes a column-normalized b̂-banded strategy C for the workload A.
 
@@ -110,11 +173,16 @@ def optimize_bandmf(
     memory: L-BFGS history length.
     route: how method 'theta' evaluates the loss and gradient (`banded_matrix.ROUTES`: 'auto' is
       the block recursion for the prefix sum; 'dense' the O(n³) route, for benchmarks).
+    start: without `init`, where method 'theta' starts for the prefix sum and objective 'rms':
+      'sqrt-toeplitz' (`warm_start_theta`), 'coarse' (`coarse_start_theta`: the optimum at half n
+      and half b̂, interpolated) or 'auto' (coarse when `uses_coarse_start`, else sqrt-toeplitz).
+      Other workloads, objective 'max' and method 'x' always take sqrt-toeplitz.
 
   Returns:
     (theta, info): theta is the (bands × n) column-normalized C; info holds 'loss_sq' = ‖A C⁻¹‖²_F,
     'max_row_sq' = max_i ‖row_i(A C⁻¹)‖², 'objective', 'iterations', 'evaluations', 'seconds',
-    'converged', 'method', 'bands' and, when min_sep is given,
+    'converged', 'method', 'bands', 'start', 'coarse_iterations' and 'coarse_evaluations' (0 without
+    the coarse start) and, when min_sep is given,
     'sens_sq' = k_eff and 'expected_total_sq_error' = sens² · loss_sq.
   """
   if objective not in ('rms', 'max'):
@@ -134,114 +202,136 @@ def optimize_bandmf(
   a = None if workloads_lib.is_prefix_sum(workload) else np.asarray(workload, dtype=np.float64)
   if a is not None and a.shape != (n, n):
     raise FedmfUserError(f'workload has shape {a.shape}, expected ({n}, {n})')
-  theta0 = (
-    warm_start_theta(n, bands)
-    if init is None
-    else banded_matrix.normalize_columns(
-      banded_matrix.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n
-    )
-  )
+  # One BLAS thread for the block recursion: on its s×s blocks (s = max(b̂ + 1, 64)) a second
+  # OpenBLAS thread buys little on a quiet machine (dtrmm, half the work, runs on one thread
+  # anyway) and costs much on a loaded one, where the threads wait for each other: one evaluation
+  # at n = 2052, b̂ = 342 took 0.25 CPU-s and 0.26 s wall on one thread against 0.43-0.46 CPU-s and
+  # 0.67-0.87 s wall on two (load 5.6 on 2 cores; docs/benchmarks.md). The dense routes' n×n
+  # products keep the default.
+  blocks = method == 'theta' and a is None and route != 'dense'
+  with (
+    threadpoolctl.threadpool_limits(limits=1, user_api='blas')
+    if blocks
+    else contextlib.nullcontext()
+  ):
+    started = time.perf_counter()
+    coarse_info = {'iterations': 0, 'evaluations': 0}
+    if init is not None:
+      start_used = 'init'
+      theta0 = banded_matrix.normalize_columns(
+        banded_matrix.columns_to_theta(np.asarray(init, dtype=np.float64)[:bands], n), n
+      )
+    elif (
+      method == 'theta' and objective == 'rms' and a is None and uses_coarse_start(n, bands, start)
+    ):
+      start_used = 'coarse'
+      theta0, coarse_info = coarse_start_theta(n, bands, max_iter, rtol, memory)
+    else:
+      uses_coarse_start(n, bands, start)  # Validates `start`.
+      start_used = 'sqrt-toeplitz'
+      theta0 = warm_start_theta(n, bands)
+    if bands == 1:
+      theta = np.ones((1, n))
+      result = lbfgs.LbfgsResult(
+        x=np.zeros(0),
+        f=_x_value_and_grad(np.ones((1, n)), a)[0],
+        iterations=0,
+        evaluations=1,
+        converged=True,
+      )
+    elif method == 'x':
+      mask = _strict_band_mask(bands, n)
+      x_low0 = banded_matrix.gram_band(theta0)
 
-  start = time.perf_counter()
-  if bands == 1:
-    theta = np.ones((1, n))
-    result = lbfgs.LbfgsResult(
-      x=np.zeros(0),
-      f=_x_value_and_grad(np.ones((1, n)), a)[0],
-      iterations=0,
-      evaluations=1,
-      converged=True,
-    )
-  elif method == 'x':
-    mask = _strict_band_mask(bands, n)
-    x_low0 = banded_matrix.gram_band(theta0)
+      def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        x_low = np.zeros((bands, n))
+        x_low[0] = 1.0
+        x_low[mask] = x
+        value, grad = _x_value_and_grad(x_low, a)
+        return value, (grad[mask] if grad is not None else None)
 
-    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+      result = _run_lbfgs(fun, x_low0[mask], max_iter, memory, rtol, progress, started)
       x_low = np.zeros((bands, n))
       x_low[0] = 1.0
-      x_low[mask] = x
-      value, grad = _x_value_and_grad(x_low, a)
-      return value, (grad[mask] if grad is not None else None)
+      x_low[mask] = result.x
+      theta = banded_matrix.reverse_cholesky_banded(x_low)
+    elif method == 'theta':
+      mask = _in_range_mask(bands, n)
 
-    result = _run_lbfgs(fun, x_low0[mask], max_iter, memory, rtol, progress, start)
-    x_low = np.zeros((bands, n))
-    x_low[0] = 1.0
-    x_low[mask] = result.x
-    theta = banded_matrix.reverse_cholesky_banded(x_low)
-  elif method == 'theta':
-    mask = _in_range_mask(bands, n)
+      def make_fun(weights):
+        def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+          th = np.zeros((bands, n))
+          th[mask] = x
+          if not np.all(np.sum(th * th, axis=0) > 0):
+            return math.inf, None
+          value, grad, _ = banded_matrix.loss_and_grad_with_row_weights(th, a, weights, route)
+          return value, grad[mask]
 
-    def make_fun(weights):
-      def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        th = np.zeros((bands, n))
-        th[mask] = x
-        if not np.all(np.sum(th * th, axis=0) > 0):
-          return math.inf, None
-        value, grad, _ = banded_matrix.loss_and_grad_with_row_weights(th, a, weights, route)
-        return value, grad[mask]
+        return fun
 
-      return fun
-
-    if objective == 'rms':
-      result = _run_lbfgs(
-        make_fun(lambda r: (float(np.sum(r)), None)),
-        theta0[mask],
-        max_iter,
-        memory,
-        rtol,
-        progress,
-        start,
-      )
-    else:
-      # Smooth continuation for max_i r_i: minimize (Σ r_i^p)^{1/p}, which lies within a factor
-      # n^{1/p} of the maximum, for p = 16, 64, 256, 1024, each stage warm-started from the last.
-      x = theta0[mask]
-      per_stage = max(1, max_iter // len(_MAX_POWERS))
-      iterations = evaluations = 0
-      for power in _MAX_POWERS:
-        stage_progress = (
-          None
-          if progress is None
-          else functools.partial(
-            _offset_progress, progress=progress, offset=iterations, power=power
-          )
-        )
+      if objective == 'rms':
         result = _run_lbfgs(
-          make_fun(functools.partial(_pnorm_weights, power=power)),
-          x,
-          per_stage,
+          make_fun(lambda r: (float(np.sum(r)), None)),
+          theta0[mask],
+          max_iter,
           memory,
           rtol,
-          stage_progress,
-          start,
+          progress,
+          started,
         )
-        x = result.x
-        iterations += result.iterations
-        evaluations += result.evaluations
-      result = dataclasses.replace(result, iterations=iterations, evaluations=evaluations)
-    theta = np.zeros((bands, n))
-    theta[mask] = result.x
-  else:
-    raise ValueError(f"method must be 'x' or 'theta', got {method!r}")
+      else:
+        # Smooth continuation for max_i r_i: minimize (Σ r_i^p)^{1/p}, which lies within a factor
+        # n^{1/p} of the maximum, for p = 16, 64, 256, 1024, each stage warm-started from the last.
+        x = theta0[mask]
+        per_stage = max(1, max_iter // len(_MAX_POWERS))
+        iterations = evaluations = 0
+        for power in _MAX_POWERS:
+          stage_progress = (
+            None
+            if progress is None
+            else functools.partial(
+              _offset_progress, progress=progress, offset=iterations, power=power
+            )
+          )
+          result = _run_lbfgs(
+            make_fun(functools.partial(_pnorm_weights, power=power)),
+            x,
+            per_stage,
+            memory,
+            rtol,
+            stage_progress,
+            started,
+          )
+          x = result.x
+          iterations += result.iterations
+          evaluations += result.evaluations
+        result = dataclasses.replace(result, iterations=iterations, evaluations=evaluations)
+      theta = np.zeros((bands, n))
+      theta[mask] = result.x
+    else:
+      raise ValueError(f"method must be 'x' or 'theta', got {method!r}")
 
-  theta = banded_matrix.normalize_columns(theta, n)
-  row_sq = banded_matrix.decoder_row_sq_norms(theta, a)
-  info: dict[str, Any] = {
-    'loss_sq': float(np.sum(row_sq)),
-    'max_row_sq': float(np.max(row_sq)),
-    'objective': objective,
-    'iterations': result.iterations,
-    'evaluations': result.evaluations,
-    'seconds': time.perf_counter() - start,
-    'converged': result.converged,
-    'method': method,
-    'bands': bands,
-  }
-  if min_sep is not None:
-    sens_sq = banded_matrix.sensitivity_sq(n, bands, min_sep, max_participations)
-    info['sens_sq'] = sens_sq
-    info['expected_total_sq_error'] = sens_sq * info['loss_sq']
-  return theta, info
+    theta = banded_matrix.normalize_columns(theta, n)
+    row_sq = banded_matrix.decoder_row_sq_norms(theta, a)
+    info: dict[str, Any] = {
+      'loss_sq': float(np.sum(row_sq)),
+      'max_row_sq': float(np.max(row_sq)),
+      'objective': objective,
+      'iterations': result.iterations,
+      'evaluations': result.evaluations,
+      'seconds': time.perf_counter() - started,
+      'converged': result.converged,
+      'method': method,
+      'bands': bands,
+      'start': start_used,
+      'coarse_iterations': coarse_info['iterations'],
+      'coarse_evaluations': coarse_info['evaluations'],
+    }
+    if min_sep is not None:
+      sens_sq = banded_matrix.sensitivity_sq(n, bands, min_sep, max_participations)
+      info['sens_sq'] = sens_sq
+      info['expected_total_sq_error'] = sens_sq * info['loss_sq']
+    return theta, info
 
 
 _MAX_POWERS = (16, 64, 256, 1024)
@@ -313,7 +403,10 @@ def choose_bands(
   )  # k_eff, same for every b̂ ≤ b
   scores = []
   for b in cands:
-    _, info = optimize_bandmf(n, b, min_sep, max_participations, workload, max_iter=max_iter)
+    # The square-root Toeplitz start: candidates are compared at one cheap budget each.
+    _, info = optimize_bandmf(
+      n, b, min_sep, max_participations, workload, max_iter=max_iter, start='sqrt-toeplitz'
+    )
     expected = sens_sq * info['loss_sq']
     scores.append(expected)
     if progress is not None:

@@ -284,6 +284,55 @@ def test_methods_agree():
   assert info_x['loss_sq'] == pytest.approx(info_t['loss_sq'], rel=1e-6)
 
 
+def test_interpolate_theta_reproduces_a_bilinear_band_and_keeps_out_of_range_zero():
+  # Bilinear interpolation with aligned corners is exact for a + b·r + c·j + d·r·j.
+  def band(bands, n):
+    r, j = np.arange(bands)[:, None] / (bands - 1), np.arange(n)[None, :] / (n - 1)
+    return 1.0 + 0.5 * r - 0.25 * j + 0.125 * r * j
+
+  fine = banded_optimize.interpolate_theta(band(5, 40), 79, 9)
+  expected = band(9, 79)
+  inside = np.arange(9)[:, None] + np.arange(79)[None, :] < 79
+  np.testing.assert_allclose(fine[inside], expected[inside], rtol=1e-12)
+  assert np.all(fine[~inside] == 0.0)
+  same = _random_theta(30, 6)
+  np.testing.assert_allclose(banded_optimize.interpolate_theta(same, 30, 6), same, rtol=1e-12)
+
+
+def test_coarse_start_is_chosen_by_size_and_validated():
+  assert banded_optimize.uses_coarse_start(2052, 342)
+  assert not banded_optimize.uses_coarse_start(1024, 16)  # the slow Toeplitz-ratio test's size
+  assert not banded_optimize.uses_coarse_start(256, 200)
+  assert banded_optimize.uses_coarse_start(64, 8, 'coarse')
+  assert not banded_optimize.uses_coarse_start(2052, 342, 'sqrt-toeplitz')
+  with pytest.raises(ValueError, match='start must be'):
+    banded_optimize.optimize_bandmf(10, 2, start='toeplitz')
+
+
+def test_coarse_start_beats_the_cold_start_and_reaches_the_same_optimum():
+  # Measured at this size: after 10 iterations 1331.98 against 1332.42 (the same 39-40 iterations
+  # to the stopping rule; the saving grows with size: 109 against 133 at n = 2052, b̂ = 342).
+  n, bands = 160, 20
+  budget = dict(max_iter=10, rtol=0.0)
+  _, cold = banded_optimize.optimize_bandmf(n, bands, start='sqrt-toeplitz', **budget)
+  seen = []
+  theta, warm = banded_optimize.optimize_bandmf(
+    n, bands, start='coarse', progress=seen.append, **budget
+  )
+  assert cold['start'] == 'sqrt-toeplitz' and cold['coarse_iterations'] == 0
+  assert warm['start'] == 'coarse' and warm['coarse_iterations'] > 0
+  assert warm['loss_sq'] < cold['loss_sq']
+  assert banded_matrix.loss_sq(theta) == pytest.approx(warm['loss_sq'], rel=1e-12)
+  np.testing.assert_allclose(np.linalg.norm(banded_matrix.banded_matrix(theta), axis=0), 1.0)
+  # Progress counts the fine level's iterations only (a progress bar bounds them by max_iter).
+  assert [d['iteration'] for d in seen] == list(range(1, warm['iterations'] + 1))
+  # Converged, both starts reach one optimum (the loss is not convex in theta, but here they agree).
+  tight = dict(max_iter=2000, rtol=1e-12)
+  _, cold = banded_optimize.optimize_bandmf(n, bands, start='sqrt-toeplitz', **tight)
+  _, warm = banded_optimize.optimize_bandmf(n, bands, start='coarse', **tight)
+  assert warm['loss_sq'] == pytest.approx(cold['loss_sq'], rel=1e-7)
+
+
 def test_optimize_argument_errors():
   with pytest.raises(ValueError, match='min_sep'):
     banded_optimize.optimize_bandmf(10, 4, min_sep=3)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedmf.mf import banded_blocks, banded_matrix
+from fedmf.mf import banded, banded_blocks, banded_matrix, banded_optimize
 
 
 def _random_theta(rng, n, bands):
@@ -119,10 +119,38 @@ def test_the_optimizer_estimate_follows_the_block_passes():
   schema = ParticipationSchema(2052, 342, 6)
   full = bandmf.optimize_cost(schema, strategies.OptimizeOptions())
   short = bandmf.optimize_cost(schema, strategies.OptimizeOptions(max_iter=16))
-  # 160 expected iterations of ~1.7e9 multiply-adds at the nominal 5e9/s: about a minute, under
-  # the default limit of 120 s (the paper-scale command is not refused by default).
+  # 130 expected iterations of ~1.7e9 multiply-adds at the nominal 5e9/s after the nested coarse
+  # start's levels: under a minute, under the default limit of 120 s (the paper-scale command is
+  # not refused by default).
   assert 20 < full.seconds < 120
-  assert short.seconds == pytest.approx(full.seconds * (1.05 * 16 + 1) / (1.05 * 160 + 1), rel=0.05)
+  # Each level of the nested start (n, b̂ halved, rounded up, while `uses_coarse_start`) costs its
+  # expected iterations (--max-iter caps each) of one forward and reverse pass at its size.
+  levels = [(2052, 342)]
+  while banded_optimize.uses_coarse_start(*levels[-1]):
+    levels.append(((levels[-1][0] + 1) // 2, (levels[-1][1] + 1) // 2))
+  assert len(levels) >= 2
+
+  def expected(iterations):
+    return (
+      sum(
+        (1.05 * iterations(i) + 1.0) * banded_matrix.banded_gradient_cost(n, b).seconds
+        for i, (n, b) in enumerate(levels)
+      )
+      + banded_matrix.banded_error_cost(2052, 342).seconds
+    )
+
+  finest = banded.EXPECTED_ITERATIONS_AFTER_COARSE
+  assert full.seconds == pytest.approx(
+    expected(lambda i: finest if i < len(levels) - 1 else banded.EXPECTED_ITERATIONS)
+  )
+  assert short.seconds == pytest.approx(expected(lambda i: 16))
+  # Objective 'max' starts from the square-root Toeplitz strategy: one level.
+  maximum = bandmf.optimize_cost(schema, strategies.OptimizeOptions(objective="max"))
+  assert maximum.seconds == pytest.approx(
+    (1.05 * banded.EXPECTED_ITERATIONS + 1.0)
+    * banded_matrix.banded_gradient_cost(2052, 342).seconds
+    + banded_matrix.banded_error_cost(2052, 342).seconds
+  )
   # No n×n matrix: the L-BFGS history (112 MB) and the block passes, below the dense route's
   # 8·n² floats (270 MB) alone.
   assert full.memory_bytes < 8 * 8 * 2052**2
