@@ -375,8 +375,7 @@ def test_runs_in_one_process_clip_at_their_own_clip_norm(tmp_path, capsys, cache
   fast = ["rounds=2", "eval_every=2", "noise_multiplier=0"]
   loose, _ = _simulate(tmp_path, capsys, [*fast, "clip_norm=1e6"], "loose")
   tight, _ = _simulate(tmp_path, capsys, [*fast, "clip_norm=1e-9"], "tight")
-  again, _ = _simulate(tmp_path, capsys, [*fast, "clip_norm=1e6"], "again")
-  assert clipped(loose) == clipped(again) == [0, 0]
+  assert clipped(loose) == [0, 0]
   assert clipped(tight) == [4, 4]  # Every client's update is longer than 1e-9.
   # Same ζ, another client learning rate: the second round starts from another model.
   other, _ = _simulate(
@@ -386,4 +385,4 @@ def test_runs_in_one_process_clip_at_their_own_clip_norm(tmp_path, capsys, cache
   def losses(out):
     return [float(row["loss"]) for row in csv.DictReader(open(out / "metrics.csv"))]
 
-  assert losses(loose) == losses(again) and losses(other)[1] != losses(loose)[1]
+  assert losses(other)[1] != losses(loose)[1]  # (Runs without noise are deterministic.)
