@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import pytest
 
@@ -81,7 +82,7 @@ def _first_calls_slow(sleepy, first_s: float, later_s: float):
 def test_a_slow_first_call_drops_nobody_and_a_timed_out_worker_comes_back(tls_workers, caplog):
   """Scaled down (worker_timeout_s = 2 s): a first call of 3 s (compilation and tracing take
   that role in a real run) is within the warm-up allowance; a later call of 3 s is a timeout,
-  its chunk goes to the other worker, and at the next round the dropped worker answers its
+  its chunk goes to the other worker, and at a next round the dropped worker answers its
   health check and takes chunks again. The exact numbers of the issue run in the slow test."""
   from fedmf.tff import workers  # pylint: disable=import-outside-toplevel
 
@@ -97,7 +98,15 @@ def test_a_slow_first_call_drops_nobody_and_a_timed_out_worker_comes_back(tls_wo
     lost = [w for w in pool.workers if w.lost]
     assert len(lost) == 1 and "worker_timeout_s = 2 s" in lost[0].lost
     fast = _slow_chunk(sleepy, index=-1, seconds=0)
-    assert pool.map_chunks(fast, 4) == [1, 1, 1, 1]  # next round: the dropped one is back
+    # Rounds until the dropped one is back: the next one on a quiet machine. On a loaded one its
+    # first probe can fail (seen once, while it may still have been finishing the abandoned 3 s
+    # call); the next probe comes 10 s later (workers._PROBE_FIRST_S).
+    deadline = time.monotonic() + 30
+    while True:
+      assert pool.map_chunks(fast, 4) == [1, 1, 1, 1]
+      if not any(w.lost for w in pool.workers) or time.monotonic() > deadline:
+        break
+      time.sleep(0.6)
     assert [w.lost for w in pool.workers] == [None, None]
   assert "is back (it answers its health check" in caplog.text
 
