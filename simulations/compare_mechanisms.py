@@ -285,7 +285,7 @@ def replay(record: dict[str, Any], rounds: int) -> dict[str, Any]:
         run.data_iterator.select()
         result = training_run.train_round(run, run.data_iterator.last_cohort)
         losses.append(float(result.loss))
-        if training_run.is_eval_round(config, r):
+        if config.program.is_eval_round(r):
           accuracy[r] = float(training_run.evaluate(run, result)["accuracy"])
     finally:
       if run.noise is not None:

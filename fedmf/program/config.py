@@ -71,6 +71,13 @@ class TrainingConfig:
       return 1.0
     return self.program.clients_per_round / self.privacy.reference_clients_per_round
 
+  @property
+  def cheap_simulation(self) -> bool:
+    """The papers' cheap simulation: σ scaled for another cohort than the one trained (a reference
+    equal to clients_per_round is the run itself, not a simulation of another)."""
+    reference = self.privacy.reference_clients_per_round
+    return reference is not None and reference != self.program.clients_per_round
+
   def validate(self) -> "TrainingConfig":
     """Checks each section, then the combinations; returns self. Raises ConfigError naming the key."""
     self.task.validate()

@@ -84,6 +84,11 @@ class ProgramConfig:
   checkpoint_every: int = 10
   budget: BudgetConfig = BudgetConfig()
 
+  def is_eval_round(self, round_index: int) -> bool:
+    """Whether the model is evaluated after 0-based round `round_index`: every eval_every rounds
+    and after the last."""
+    return (round_index + 1) % self.eval_every == 0 or round_index + 1 == self.rounds
+
   def validate(self) -> None:
     for key in ("rounds", "clients_per_round", "eval_every", "checkpoint_every"):
       at_least(key, getattr(self, key), 1)

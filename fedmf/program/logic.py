@@ -185,7 +185,7 @@ async def run_rounds(
       ) from None
     program.journal.check_and_record(r, record.noisy_mean)
     done = r + 1
-    if training_run.is_eval_round(c, r):
+    if c.program.is_eval_round(r):
       accuracy = training_run.evaluate(run, record)["accuracy"]
     # Round r's records, each durable when written, go BEFORE the checkpoint that covers round r:
     # a crash after that checkpoint resumes from round r + 1 and never writes round r again, so a
@@ -261,18 +261,11 @@ def _progress_fields(
 # The plan, in JSON and in words.
 
 
-def cheap_simulation(config) -> bool:
-  """The papers' cheap simulation: σ scaled for another cohort than the one trained (a reference
-  equal to clients_per_round is the run itself, not a simulation of another)."""
-  reference = config.privacy.reference_clients_per_round
-  return reference is not None and reference != config.program.clients_per_round
-
-
 def plan_record(run: training_run.TrainingRun) -> dict[str, Any]:
   c = run.config
   out = run.plan.to_dict()
   out["participation"] = run.participation.describe()
-  if cheap_simulation(c):
+  if c.cheap_simulation:
     out["cheap_simulation"] = (
       f"trained on {c.program.clients_per_round} clients per round with σ scaled by "
       f"{c.program.clients_per_round}/{c.privacy.reference_clients_per_round}, so the noise on the mean matches "
@@ -293,7 +286,7 @@ def describe_plan(run: training_run.TrainingRun) -> list[str]:
     + (
       f" (training uses {p.training_noise_multiplier:.6g}: cheap simulation of "
       f"{run.config.privacy.reference_clients_per_round} clients per round)"
-      if cheap_simulation(run.config) and p.noise_multiplier
+      if run.config.cheap_simulation and p.noise_multiplier
       else ""
     ),
     f"planned privacy: epsilon {training_run.format_epsilon(p.epsilon)} at delta {p.delta:g} "
@@ -420,7 +413,7 @@ def finish(
     "audit": _audit_summary(result, audit_dict, c.privacy.delta),
     **(extra or {}),
   }
-  if cheap_simulation(c):
+  if c.cheap_simulation:
     summary["cheap_simulation"] = plan_record(run)["cheap_simulation"]
   outputs.write_json(out / "summary.json", summary)
   return summary

@@ -460,12 +460,6 @@ def evaluate(run: TrainingRun, record: Optional[RoundRecord] = None) -> dict[str
   return metrics
 
 
-def is_eval_round(config: TrainingConfig, round_index: int) -> bool:
-  return (
-    round_index + 1
-  ) % config.program.eval_every == 0 or round_index + 1 == config.program.rounds
-
-
 def format_epsilon(eps: Optional[float]) -> str:
   """ε for people: three significant digits, rounded up (`fedmf.display.epsilon`)."""
   return display.epsilon(eps)

@@ -1,5 +1,6 @@
 """The training config: YAML + dotted overrides, strict keys and values, the shipped configs."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,23 @@ def test_cheap_simulation_factor():
     ],
   )
   assert c.noise_scale_factor == pytest.approx(0.1)
+  assert c.cheap_simulation
+  # A reference equal to the cohort trained is the run itself, not a simulation of another.
+  same = dataclasses.replace(
+    c, privacy=dataclasses.replace(c.privacy, reference_clients_per_round=10)
+  )
+  assert same.noise_scale_factor == 1.0 and not same.cheap_simulation
+  none = dataclasses.replace(
+    c, privacy=dataclasses.replace(c.privacy, reference_clients_per_round=None)
+  )
+  assert not none.cheap_simulation
+
+
+def test_eval_rounds_are_every_eval_every_and_the_last():
+  program = load_config(
+    None, ["noise_multiplier=0", "participation.min_sep=2", "rounds=7", "eval_every=3"]
+  ).program
+  assert [r for r in range(7) if program.is_eval_round(r)] == [2, 5, 6]
 
 
 CONFIGS = sorted(p.name for p in (ROOT / "simulations" / "configs").glob("*.yaml"))
