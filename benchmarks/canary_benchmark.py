@@ -62,9 +62,7 @@ def main(argv=None) -> int:
   for model in args.models.split(","):
     sets = [*MODELS[model], "reference_clients_per_round=20", "eval_every=1000"]
     config = config_lib.load_config(os.path.join(root, "simulations/configs/default.yaml"), sets)
-    with platform.execution(
-      config.platform, concurrent_clients=loop.concurrent_clients(config)
-    ) as pool:
+    with platform.execution(config.platform, concurrent_clients=config.concurrent_clients) as pool:
       run = loop.build_run(config, pool=pool)
       arms = {}
       memory = {}

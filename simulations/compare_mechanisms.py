@@ -276,9 +276,7 @@ def replay(record: dict[str, Any], rounds: int) -> dict[str, Any]:
     raw["noise_multiplier"] = record["noise_multiplier"]
   config = config_from_dict(raw)
   losses, accuracy = [], {}
-  with platform.execution(
-    config.platform, concurrent_clients=training_run.concurrent_clients(config)
-  ) as pool:
+  with platform.execution(config.platform, concurrent_clients=config.concurrent_clients) as pool:
     run = training_run.build_run(config, pool=pool)
     try:
       for r in range(rounds):

@@ -31,6 +31,7 @@ from fedmf.config_parse import ConfigError
 from fedmf.config_parse import shown
 from fedmf.errors import FedmfUserError
 from fedmf.participation import ParticipationConfig
+from fedmf.tasks import model_sizes
 from fedmf.program.config_sections import (
   ADAPTIVE,
   MECHANISMS,
@@ -70,6 +71,13 @@ class TrainingConfig:
     if self.privacy.reference_clients_per_round is None:
       return 1.0
     return self.program.clients_per_round / self.privacy.reference_clients_per_round
+
+  @property
+  def concurrent_clients(self) -> int:
+    """The clients one TFF call of a full round runs at once: the round's clients, in chunks of
+    `clients_per_call` (the platform's, else the model's default)."""
+    per_call = self.platform.clients_per_call or model_sizes.CLIENTS_PER_CALL.get(self.task.model)
+    return min(self.program.clients_per_round, per_call or self.program.clients_per_round)
 
   @property
   def cheap_simulation(self) -> bool:

@@ -22,13 +22,12 @@ from fedmf.program import plan as plan_lib
 from fedmf.program.config import ConfigError, TrainingConfig
 from fedmf.tasks import model_sizes
 
-# Clients per TFF call: bounds the worker's memory (~54 MB per client of the 4M-parameter LSTM).
-CLIENTS_PER_CALL = {"lstm-paper": 20, "lstm-small": 50}
 # Model copies a run holds besides the TFF call: the task's Keras model, the server's weights,
 # momentum, noisy mean and clipped sum, and the prefetched noise.
 HOST_MODEL_COPIES = 6
 # Per client in one TFF call: about 54 MB for the 4.05M-parameter LSTM (16.2 MB of weights), i.e.
-# 3.3 model copies (weights, gradients, optimizer slots, the update), measured for CLIENTS_PER_CALL.
+# 3.3 model copies (weights, gradients, optimizer slots, the update), measured for
+# `model_sizes.CLIENTS_PER_CALL`.
 CLIENT_MODEL_COPIES = 3.3
 
 
@@ -44,7 +43,7 @@ def model_state_cost(config: TrainingConfig) -> resources.Cost:
   params = model_sizes.count_params(config.task.model, config.task.vocab_size)
   per_call = min(
     config.program.clients_per_round,
-    CLIENTS_PER_CALL.get(config.task.model, config.program.clients_per_round),
+    model_sizes.CLIENTS_PER_CALL.get(config.task.model, config.program.clients_per_round),
   )
   copies = HOST_MODEL_COPIES + CLIENT_MODEL_COPIES * per_call
   return resources.Cost.of(

@@ -47,10 +47,6 @@ logger = logging.getLogger("fedmf.simulate")
 RUN_FILES = outputs.RUN_MARKERS
 
 
-def config_record(config: TrainingConfig) -> dict[str, Any]:
-  return config.to_dict()
-
-
 def run_simulation(
   config: TrainingConfig,
   out_dir: str | Path,
@@ -75,13 +71,11 @@ def run_simulation(
     logger.warning("%s", run_manifest.leftover_message(leftover))
   start = time.perf_counter()
   # Off a terminal, lines from now on: building the run (data, strategy, tracing) can take minutes.
-  bar = run_progress(config, progress)
+  bar = run_progress(config.program.rounds, config.program.eval_every, progress)
   bar.set_stage("preparing the run")
   with (
     bar,
-    platform.execution(
-      config.platform, concurrent_clients=training_run.concurrent_clients(config)
-    ) as pool,
+    platform.execution(config.platform, concurrent_clients=config.concurrent_clients) as pool,
   ):
     # Every check happens here, before OUT is touched.
     run = training_run.build_run(config, task=task, pool=pool)
@@ -104,17 +98,12 @@ def run_simulation(
   return summary
 
 
-def run_progress(config: TrainingConfig, progress: bool | progress_lib.Progress):
-  """The progress of a run of `config` (`fedmf.progress`: a line every eval_every rounds or 30 s
-  off a terminal), or the one given."""
+def run_progress(rounds: int, eval_every: int, progress: bool | progress_lib.Progress):
+  """The progress of a run of `rounds` rounds (`fedmf.progress`: a line every `eval_every` rounds or
+  30 s off a terminal), or the one given."""
   if isinstance(progress, progress_lib.Progress):
     return progress
-  return progress_lib.Progress(
-    config.program.rounds,
-    enabled=progress,
-    every=config.program.eval_every,
-    stage="starting",
-  )
+  return progress_lib.Progress(rounds, enabled=progress, every=eval_every, stage="starting")
 
 
 def _rename_paths(stage: Path, out: Path) -> None:

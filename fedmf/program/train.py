@@ -319,13 +319,13 @@ def run_training(
       checkpoints = FileCheckpoints(_state_dir(root))
       start = time.perf_counter()
       # Off a terminal, lines from now on: building the run and resuming can take minutes.
-      bar = simulate.run_progress(config, progress)
+      bar = simulate.run_progress(config.program.rounds, config.program.eval_every, progress)
       bar.set_stage("preparing the run")
       with bar:
         with platform.execution(
           config.platform,
           log_dir=str(root),
-          concurrent_clients=training_run.concurrent_clients(config),
+          concurrent_clients=config.concurrent_clients,
         ) as pool:
           # The noise seed may come from the checkpoint.
           run = training_run.build_run(config, noise=False, pool=pool)

@@ -43,18 +43,12 @@ from fedmf.program import server as server_lib
 from fedmf.config_parse import ConfigError
 from fedmf.program.config import TrainingConfig
 from fedmf.program.meter import PrivacyMeter
+from fedmf.tasks import model_sizes
 from fedmf.tff import dp_mean
 from fedmf.tff import host_noise
 from fedmf.errors import FedmfUserError
 
 logger = logging.getLogger("fedmf.train")
-
-
-def concurrent_clients(config) -> int:
-  """The clients one TFF call of a full round runs at once: the round's clients, in chunks of
-  `clients_per_call` (the platform's, else the model's default)."""
-  per_call = config.platform.clients_per_call or preflight.CLIENTS_PER_CALL.get(config.task.model)
-  return min(config.program.clients_per_round, per_call or config.program.clients_per_round)
 
 
 @dataclasses.dataclass
@@ -290,7 +284,7 @@ def build_run(
     if key is not None:
       _CLIENT_ROUNDS[key] = client_round
   # The chunks fix the order of the float sums: the same whatever the platform (workers).
-  clients_per_call = config.platform.clients_per_call or preflight.CLIENTS_PER_CALL.get(
+  clients_per_call = config.platform.clients_per_call or model_sizes.CLIENTS_PER_CALL.get(
     getattr(task, "preset", None)
   )
   runner = platform.round_runner(

@@ -13,6 +13,10 @@ import dataclasses
 
 NUM_SPECIAL_TOKENS = 4  # pad, bos, eos, one OOV bucket
 
+# Clients per TFF call of each preset (the default of `platform.clients_per_call`): bounds the
+# worker's memory (~54 MB per client of the 4M-parameter LSTM).
+CLIENTS_PER_CALL = {"lstm-paper": 20, "lstm-small": 50}
+
 
 @dataclasses.dataclass(frozen=True)
 class LstmSpec:

@@ -99,14 +99,8 @@ def test_unreadable_or_non_pem_certificates_are_named(tmp_path, certs):
   ],
 )
 def test_concurrent_clients_are_the_clients_of_one_call(settings, expected):
-  from fedmf.program import training_run  # pylint: disable=import-outside-toplevel
-
-  assert (
-    training_run.concurrent_clients(
-      load_config(None, ["noise_multiplier=0", "participation.min_sep=5", *settings])
-    )
-    == expected
-  )
+  config = load_config(None, ["noise_multiplier=0", "participation.min_sep=5", *settings])
+  assert config.concurrent_clients == expected
 
 
 def test_the_platform_gives_the_runner_and_writes_into_no_run():
