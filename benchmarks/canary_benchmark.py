@@ -76,7 +76,10 @@ def main(argv=None) -> int:
         )  # fmt: skip
         tracemalloc.start()
         arms[count] = canaries_lib.build(
-          with_canaries,
+          with_canaries.canaries,
+          with_canaries.participation,
+          clients_per_round=with_canaries.program.clients_per_round,
+          rounds=with_canaries.program.rounds,
           shapes=run.shapes,
           schema=run.plan.schema,
           strategy=run.plan.strategy,

@@ -37,6 +37,8 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import worst_pattern as worst_pattern_lib
 from fedmf.privacy import canary_design
 from fedmf.privacy import canary_directions
+from fedmf.participation import ParticipationConfig
+from fedmf.program.config_sections import CanariesConfig
 
 CANARIES_FILE = "canaries.npz"
 FILE_FORMAT = 1
@@ -52,10 +54,9 @@ def canary_clients_per_round(clients_per_round: int, num_clients: int, canaries:
   return max(1, int(round(clients_per_round * canaries / num_clients)))
 
 
-def check_fits(config, parameters: int) -> None:
+def check_fits(c: CanariesConfig, parameters: int) -> None:
   """Refuses, before any work, more canaries than a model of `parameters` has orthonormal
   Hadamard directions (`fedmf.privacy.canary_directions`: 2^⌊log₂ d⌋)."""
-  c = config.canaries
   if c.enabled and c.count + c.held_out > 1 << (int(parameters).bit_length() - 1):
     raise CanaryError(
       f"canaries.count + canaries.held_out = {c.count + c.held_out} orthonormal directions do not "
@@ -65,13 +66,18 @@ def check_fits(config, parameters: int) -> None:
 
 
 def _canary_iterator(
-  config, canaries: int, num_clients: int, seed: int, poisson_groups: Optional[int]
+  participation: ParticipationConfig,
+  clients_per_round: int,
+  canaries: int,
+  num_clients: int,
+  seed: int,
+  poisson_groups: Optional[int],
 ):
   """The canaries' own devices of the run's participation model (`participation` pattern)."""
   from fedmf.program.data_source import ParticipationIterator  # pylint: disable=g-import-not-at-top
 
-  participation = dataclasses.replace(config.participation, sampling_probability=None)
-  per_round = canary_clients_per_round(config.program.clients_per_round, num_clients, canaries)
+  participation = dataclasses.replace(participation, sampling_probability=None)
+  per_round = canary_clients_per_round(clients_per_round, num_clients, canaries)
   if participation.model == "epoch_shuffle" and participation.min_sep:
     per_round = max(1, min(per_round, canaries // participation.min_sep))
   try:
@@ -88,7 +94,7 @@ class RunCanaries:
 
   def __init__(
     self,
-    config,
+    config: CanariesConfig,
     *,
     seed: int,
     shapes: Sequence[tuple[int, ...]],
@@ -96,7 +102,7 @@ class RunCanaries:
     worst: Optional[worst_pattern_lib.WorstPattern] = None,
     iterator: Any = None,
   ):
-    self.config = config.canaries
+    self.config = config
     self.pattern = self.config.pattern
     self.seed = int(seed)
     self.design = canary_design.draw_design(self.config.count, self.config.held_out, self.seed)
@@ -235,11 +241,12 @@ class RunCanaries:
       np.savez(f, **arrays)
 
 
-def build(config, *, shapes, schema, strategy, num_clients: int, poisson_groups=None,
+def build(c: CanariesConfig, participation: ParticipationConfig, *, clients_per_round: int,
+          rounds: int, shapes, schema, strategy, num_clients: int, poisson_groups=None,
           seed: Optional[int] = None) -> Optional[RunCanaries]:  # fmt: skip
-  """The run's canaries (None when `canaries.count` is 0). `seed`: the canary seed (default: the
-  config's, else drawn from OS randomness)."""
-  c = config.canaries
+  """The run's canaries (None when `canaries.count` is 0), from the config's `canaries:` section and
+  the run's participation model, cohort and rounds. `seed`: the canary seed (default: the
+  section's, else drawn from OS randomness)."""
   if not c.enabled:
     return None
   if seed is None:
@@ -252,8 +259,11 @@ def build(config, *, shapes, schema, strategy, num_clients: int, poisson_groups=
     worst = worst_pattern_lib.worst_case_pattern(strategy, schema)
   else:
     iterator = _canary_iterator(
-      config, m, num_clients, (int(seed) + PARTICIPATION_TAG) % 2**64, poisson_groups
+      participation,
+      clients_per_round,
+      m,
+      num_clients,
+      (int(seed) + PARTICIPATION_TAG) % 2**64,
+      poisson_groups,
     )
-  return RunCanaries(
-    config, seed=seed, shapes=shapes, rounds=config.program.rounds, worst=worst, iterator=iterator
-  )
+  return RunCanaries(c, seed=seed, shapes=shapes, rounds=rounds, worst=worst, iterator=iterator)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fedmf.errors import FedmfUserError
+from fedmf.mf import resources
 from fedmf.mf import strategies
 from fedmf.mf import strategy_cache
 from fedmf.mf.schema import ParticipationSchema
@@ -237,6 +238,16 @@ def rounds_within_budget(plan: PrivacyPlan, budget: float) -> int:
     else:
       high = mid
   return low
+
+
+def plan_run(
+  config, model: ParticipationModel, schema: ParticipationSchema, cache: Optional[Path] = None
+) -> PrivacyPlan:
+  """The run's strategy (`resolve_strategy`) and its privacy plan (`make_plan`), within the time
+  limit of `fedmf.mf.resources` for the calibration."""
+  strategy = resolve_strategy(config, schema, cache_dir() if cache is None else cache)
+  with resources.time_limit(f"calibrating the noise of {strategy.describe()}"):
+    return make_plan(config, model, strategy, schema)
 
 
 def make_plan(

@@ -225,7 +225,7 @@ def build_run(
       from fedmf.tasks import models  # pylint: disable=g-import-not-at-top
 
       canaries_lib.check_fits(
-        config, models.count_params(config.task.model, config.task.vocab_size)
+        config.canaries, models.count_params(config.task.model, config.task.vocab_size)
       )
     task = tasks.build_task(
       tasks.TaskSpec(
@@ -251,21 +251,19 @@ def build_run(
     resources.Cost.of(f"the state of {task.num_clients} devices", 64.0 * task.num_clients),
     f"simulating a population of {task.num_clients} devices",
   )
+  poisson_groups = preflight.poisson_groups(config)  # (the run's devices' and its canaries')
   iterator = ParticipationIterator.create(
     config.participation,
     task.num_clients,
     config.program.clients_per_round,
     config.program.seed,
-    preflight.poisson_groups(config),
+    poisson_groups,
     client_id=task.client_id,
   )
   model = iterator.model
   schema = model.declared_schema(config.program.rounds)
-  strategy = plan_lib.resolve_strategy(
-    config, schema, plan_lib.cache_dir() if cache is None else cache
-  )
-  with resources.time_limit(f"calibrating the noise of {strategy.describe()}"):
-    plan = plan_lib.make_plan(config, model, strategy, schema)
+  plan = plan_lib.plan_run(config, model, schema, cache)
+  strategy = plan.strategy
   weights = task.initial_weights(config.program.seed)
   shapes = [tuple(w.shape) for w in weights]
   # A task may give its model as a FunctionalModel (cheaper per client in the worker).
@@ -306,16 +304,21 @@ def build_run(
       if config.privacy.noise_seed is not None
       else dp_mean.draw_noise_seed()
     )
-  from fedmf.program import canaries as canaries_lib  # pylint: disable=g-import-not-at-top
+  run_canaries = None
+  if config.canaries.enabled:
+    from fedmf.program import canaries as canaries_lib  # pylint: disable=g-import-not-at-top
 
-  run_canaries = canaries_lib.build(
-    config,
-    shapes=shapes,
-    schema=schema,
-    strategy=strategy,
-    num_clients=task.num_clients,
-    poisson_groups=preflight.poisson_groups(config),
-  )
+    run_canaries = canaries_lib.build(
+      config.canaries,
+      config.participation,
+      clients_per_round=config.program.clients_per_round,
+      rounds=config.program.rounds,
+      shapes=shapes,
+      schema=schema,
+      strategy=strategy,
+      num_clients=task.num_clients,
+      poisson_groups=poisson_groups,
+    )
   run = TrainingRun(
     config=config,
     task=task,
