@@ -49,7 +49,6 @@ def test_the_readme_train_example_plans_within_its_budget(tmp_path, monkeypatch)
   budget guard accounts the realized participation, which the declared schema bounds."""
   from fedmf import participation
   from fedmf.program import plan as plan_lib
-  from fedmf.program import preflight
   from fedmf.program.config import load_config
 
   monkeypatch.setenv("FEDMF_CACHE_DIR", str(tmp_path))
@@ -62,7 +61,7 @@ def test_the_readme_train_example_plans_within_its_budget(tmp_path, monkeypatch)
     config.task.num_clients,
     config.program.clients_per_round,
     config.program.seed,
-    preflight.poisson_groups(config),
+    config.poisson_groups,
   )
   schema = model.declared_schema(config.program.rounds)
   strategy = plan_lib.resolve_strategy(config, schema, plan_lib.cache_dir())

@@ -23,7 +23,7 @@ import json
 import os
 import types
 import typing
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from fedmf import config_parse
 from fedmf import yaml_files
@@ -45,6 +45,9 @@ from fedmf.program.config_sections import (
   WorkersValue,
   at_least,
 )
+
+if TYPE_CHECKING:
+  from fedmf.mf.strategy import OptimizeOptions
 
 __all__ = ["TrainingConfig", "config_from_dict", "load_config"]
 
@@ -78,6 +81,33 @@ class TrainingConfig:
     `clients_per_call` (the platform's, else the model's default)."""
     per_call = self.platform.clients_per_call or model_sizes.CLIENTS_PER_CALL.get(self.task.model)
     return min(self.program.clients_per_round, per_call or self.program.clients_per_round)
+
+  @property
+  def optimize_options(self) -> "OptimizeOptions":
+    """The options the config gives the mechanism's optimizer."""
+    from fedmf.mf.strategy import OptimizeOptions  # pylint: disable=g-import-not-at-top  (scipy)
+
+    return OptimizeOptions(
+      bands=self.privacy.bands, buffers=self.privacy.buffers, seed=self.program.seed
+    )
+
+  @property
+  def poisson_groups(self) -> Optional[int]:
+    """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1
+    (None for another participation model or a given min_sep); a ConfigError when there is none."""
+    if self.participation.model != "cyclic_poisson" or self.participation.min_sep is not None:
+      return None
+    if self.privacy.strategy is None:  # (a strategy file has no default: it was made for some b)
+      from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top  (scipy)
+
+      mechanism = strategies.mechanism_class(self.privacy.mechanism)
+      groups = mechanism.default_poisson_groups(self.optimize_options)
+      if groups is not None:
+        return groups
+    raise ConfigError(
+      "participation.model cyclic_poisson needs participation.min_sep (the number of "
+      "groups; bandmf: its bands)"
+    )
 
   @property
   def cheap_simulation(self) -> bool:

@@ -37,7 +37,7 @@ from fedmf.mf import resources
 from fedmf.mf import strategies
 from fedmf.mf import strategy_cache
 from fedmf.mf.schema import ParticipationSchema
-from fedmf.mf.strategy import AMPLIFIED_BANDMF, AMPLIFIED_DPSGD, OptimizeOptions, Strategy
+from fedmf.mf.strategy import AMPLIFIED_BANDMF, AMPLIFIED_DPSGD, Strategy
 from fedmf.participation import ParticipationModel
 from fedmf.privacy import adaptive_clip as adaptive_lib
 
@@ -139,20 +139,13 @@ def check_optimized_for(
     )
 
 
-def optimize_options(config) -> OptimizeOptions:
-  """The options the config gives the mechanism's optimizer."""
-  return OptimizeOptions(
-    bands=config.privacy.bands, buffers=config.privacy.buffers, seed=config.program.seed
-  )
-
-
 def resolve_strategy(config, schema: ParticipationSchema, cache: Optional[Path] = None) -> Strategy:
   """The run's strategy: the config's strategy file, or its mechanism optimized for `schema`."""
   if config.privacy.strategy is not None:
     strategy = strategies.load_strategy(config.privacy.strategy)
     check_optimized_for(strategy, schema, config.privacy.strategy, config.privacy.force_strategy)
   else:
-    strategy = _optimize_cached(config.privacy.mechanism, schema, optimize_options(config), cache)
+    strategy = _optimize_cached(config.privacy.mechanism, schema, config.optimize_options, cache)
   strategy.check_horizon(schema.n)
   strategy.check_streamable()
   return strategy

@@ -16,9 +16,7 @@ from __future__ import annotations
 from typing import Optional
 
 from fedmf.mf import resources
-from fedmf.mf import strategies
 from fedmf.participation import ParticipationError, schedules
-from fedmf.program import plan as plan_lib
 from fedmf.program.config import ConfigError, TrainingConfig
 from fedmf.tasks import model_sizes
 
@@ -60,28 +58,13 @@ def check_model_memory(config: TrainingConfig) -> None:
   )
 
 
-def poisson_groups(config: TrainingConfig) -> Optional[int]:
-  """Cyclic Poisson groups when participation.min_sep is absent: BandMF's bands, DP-SGD's 1."""
-  if config.participation.model != "cyclic_poisson" or config.participation.min_sep is not None:
-    return None
-  if config.privacy.strategy is None:  # (a strategy file has no default: it was made for some b)
-    mechanism = strategies.mechanism_class(config.privacy.mechanism)
-    groups = mechanism.default_poisson_groups(plan_lib.optimize_options(config))
-    if groups is not None:
-      return groups
-  raise ConfigError(
-    "participation.model cyclic_poisson needs participation.min_sep (the number of "
-    "groups; bandmf: its bands)"
-  )
-
-
 def check_sampling(config: TrainingConfig, num_clients: Optional[int]) -> None:
   """Cyclic Poisson sampling that cannot work on `num_clients` devices (None: not known yet):
   a sampling probability above 1, or an expected cohort that is not clients_per_round."""
   p = config.participation
   if p.model != "cyclic_poisson" or num_clients is None:
     return
-  groups = p.min_sep if p.min_sep is not None else poisson_groups(config)
+  groups = p.min_sep if p.min_sep is not None else config.poisson_groups
   try:
     schedules.CyclicPoisson.sampling_probability_for(
       num_clients, config.program.clients_per_round, groups, p.sampling_probability

@@ -251,7 +251,7 @@ def build_run(
     resources.Cost.of(f"the state of {task.num_clients} devices", 64.0 * task.num_clients),
     f"simulating a population of {task.num_clients} devices",
   )
-  poisson_groups = preflight.poisson_groups(config)  # (the run's devices' and its canaries')
+  poisson_groups = config.poisson_groups  # (the run's devices' and its canaries')
   iterator = ParticipationIterator.create(
     config.participation,
     task.num_clients,

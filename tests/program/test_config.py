@@ -175,3 +175,33 @@ def test_a_moot_key_that_cannot_give_way_names_the_exact_override(tmp_path):
       f"it comes from {path}: add --set participation.min_sep=null, or change the setting"
     )
   assert load_config(path, ["participation.min_sep=null"]).participation.min_sep is None
+
+
+@pytest.mark.parametrize(
+  "settings,groups",
+  [
+    (["mechanism=bandmf", "bands=3"], 3),  # one group per band
+    (["mechanism=dpsgd"], 1),
+    (["mechanism=blt"], None),  # no default: a ConfigError naming participation.min_sep
+    (["mechanism=bandmf", "bands=3", "participation.partitions=5"], "given"),
+  ],
+)
+def test_cyclic_poisson_groups_are_resolved_by_the_config(settings, groups):
+  config = load_config(
+    None,
+    [
+      "noise_multiplier=1",
+      "participation.model=cyclic-poisson",
+      "participation.sampling_probability=0.1",
+      *settings,
+    ],
+  )
+  if groups == "given":  # partitions give min_sep: nothing to resolve
+    assert config.poisson_groups is None
+  elif groups is None:
+    with pytest.raises(ConfigError, match="needs participation.min_sep"):
+      config.poisson_groups
+  else:
+    assert config.poisson_groups == groups
+  timer = load_config(None, ["noise_multiplier=1", "participation.min_sep=5"])
+  assert timer.poisson_groups is None

@@ -5,7 +5,6 @@ import pytest
 from fedmf import participation as participation_lib
 from fedmf.mf import strategies as st
 from fedmf.privacy import amplification
-from fedmf.program import preflight
 from fedmf.program import plan as plan_lib
 from fedmf.config_parse import ConfigError
 from fedmf.program.config import load_config
@@ -30,7 +29,7 @@ def test_cyclic_poisson_config_is_accounted_with_amplification(tmp_path):
     config.task.num_clients,
     config.program.clients_per_round,
     0,
-    preflight.poisson_groups(config),
+    config.poisson_groups,
   )
   schema = model.declared_schema(config.program.rounds)
   strategy = st.load_strategy(
