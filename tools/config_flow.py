@@ -2,8 +2,9 @@
 """Follows the config through one `fedmf simulate` or `fedmf train` run (issue 21's measure).
 
 A call is on the config's path when a function of fedmf receives the run's `TrainingConfig` or
-one of its sections (participation, budget, worker_tls) among its arguments (not as `self`: a
-section's own methods and properties are the config reading itself). The path is the
+one of its sections (task, participation, privacy, recipe, program, platform, canaries) among its
+arguments (not as `self`: a section's own methods and properties are the config reading itself),
+and a generator holding one resumes (a context manager's exit). The path is the
 sequence of modules the config is in: the module of each such call, and, when it returns, the
 module of the call that handed it the config (repeats collapsed); a *return* is an entry into a
 module already on the path. Prints the modules entered, the returns and the path.
