@@ -51,16 +51,17 @@ def cell(summary: dict, key: str) -> str:
   return f"{mean:.4f} ± {std:.4f}" if std is not None else f"{mean:.4f}"
 
 
-def grid_edges(tuning_csv: Path, choice: dict) -> list[str]:
+def grid_edges(tuning_csv: Path, choice: dict, ignore: tuple[str, ...] = ()) -> list[str]:
   """The axes of `choice` at the lowest or highest value the run's grid tried (booleans and
-  one-value axes have no edge to widen): where a wider grid might choose otherwise."""
+  one-value axes have no edge to widen; `ignore`: axes without effect, whose value is the first of
+  equals): where a wider grid might choose otherwise."""
   if not tuning_csv.is_file():
     return []
   with open(tuning_csv, newline="") as f:
     rows = list(csv.DictReader(f))
   edges = []
   for axis, value in choice.items():
-    if isinstance(value, bool) or axis not in (rows[0] if rows else {}):
+    if isinstance(value, bool) or axis in ignore or axis not in (rows[0] if rows else {}):
       continue
     tried = sorted({float(row[axis]) for row in rows})
     at_floor = float(value) == FLOORS.get(axis)
@@ -128,7 +129,9 @@ def main(argv=None) -> int:
   for (method, epsilon), summary in summaries.items():
     if summary.get("chosen") is not None:
       line = f"- {method}, ε = {epsilon}: {json.dumps(summary['chosen'])}"
-      edges = grid_edges(out / f"{method}-eps-{epsilon}" / "tuning.csv", summary["chosen"])
+      # Without noise reg_noise has no effect (tuning.no_noise_key): its value is the first.
+      ignore = ("reg_noise",) if summary.get("private") is False else ()
+      edges = grid_edges(out / f"{method}-eps-{epsilon}" / "tuning.csv", summary["chosen"], ignore)
       chosen.append(line + (f"; at the grid's edge: {', '.join(edges)}" if edges else ""))
   text = "\n".join(lines + chosen) + "\n"
   (out / "results.md").write_text(text)
