@@ -16,6 +16,7 @@ A run whose directory already holds a finished summary is not run again (delete 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import shlex
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 METHODS = ("am-ssp", "dp-als", "dp-cmf", "am-dpsgd", "dp-bias")
+FLOORS = {"outer_steps": 1.0}  # values no grid can go below: not an edge to widen
 
 
 def command(args, method: str, epsilon: str) -> list[str]:
@@ -47,6 +49,25 @@ def cell(summary: dict, key: str) -> str:
   if mean is None or not math.isfinite(mean):
     return "diverged"
   return f"{mean:.4f} ± {std:.4f}" if std is not None else f"{mean:.4f}"
+
+
+def grid_edges(tuning_csv: Path, choice: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+  """The axes of `choice` at the lowest or highest value the run's grid tried (booleans and
+  one-value axes have no edge to widen; `ignore`: axes without effect, whose value is the first of
+  equals): where a wider grid might choose otherwise."""
+  if not tuning_csv.is_file():
+    return []
+  with open(tuning_csv, newline="") as f:
+    rows = list(csv.DictReader(f))
+  edges = []
+  for axis, value in choice.items():
+    if isinstance(value, bool) or axis in ignore or axis not in (rows[0] if rows else {}):
+      continue
+    tried = sorted({float(row[axis]) for row in rows})
+    at_floor = float(value) == FLOORS.get(axis)
+    if len(tried) > 1 and float(value) in (tried[0], tried[-1]) and not at_floor:
+      edges.append(f"{axis} {value:g} ({'lowest' if float(value) == tried[0] else 'highest'})")
+  return edges
 
 
 def main(argv=None) -> int:
@@ -99,10 +120,19 @@ def main(argv=None) -> int:
       if base:
         lines.append(f"| {name} | " + " | ".join([cell(base, args.metric)] * len(epsilons)) + " |")
         break
-  chosen = ["", "Chosen on validation (per method and ε):", ""]
+  chosen = [
+    "",
+    "Chosen on validation (per method and ε; axes whose chosen value is the lowest or",
+    "",
+  ]
+  chosen[1] += " highest the run tried, from its tuning.csv, are named):"
   for (method, epsilon), summary in summaries.items():
     if summary.get("chosen") is not None:
-      chosen.append(f"- {method}, ε = {epsilon}: {json.dumps(summary['chosen'])}")
+      line = f"- {method}, ε = {epsilon}: {json.dumps(summary['chosen'])}"
+      # Without noise reg_noise has no effect (tuning.no_noise_key): its value is the first.
+      ignore = ("reg_noise",) if summary.get("private") is False else ()
+      edges = grid_edges(out / f"{method}-eps-{epsilon}" / "tuning.csv", summary["chosen"], ignore)
+      chosen.append(line + (f"; at the grid's edge: {', '.join(edges)}" if edges else ""))
   text = "\n".join(lines + chosen) + "\n"
   (out / "results.md").write_text(text)
   print(text)

@@ -3,12 +3,12 @@
 
 Each ARM is a `simulations/compare_mechanisms.py --out DIR` run of the same setting with one clip
 (`--set clip_norm=1.0`, `=10.0`, `=0.1`, `=adaptive`); this script reads their results.json and
-runs/*/metrics.csv and prints one markdown table: final test accuracy (mean ± std over seeds) per
-mechanism and clip, σ and the audited ε of each, and for the adaptive arm where ζ went (its median
+runs/LABEL/ARM-seedS/metrics.csv and prints one markdown table: final test accuracy (mean ± std
+over the finished seeds) per mechanism and clip, σ and the audited ε of each, and for the adaptive arm where ζ went (its median
 over the last half of the rounds) and how close it tracked the target quantile (the fraction of
 clients within ζ_t over the last half of the rounds, from metrics.csv: exact and as released).
 
-  python simulations/clip_comparison.py LABEL=DIR [LABEL=DIR ...] [--target-quantile 0.5]
+  python simulations/clip_comparison.py NAME=DIR [NAME=DIR ...] [--label LABEL]
 
 e.g. `ζ = 1=out/clip-default-fixed1 ζ = 10=out/clip-default-fixed10 adaptive=out/clip-default-adaptive`.
 """
@@ -54,25 +54,38 @@ def _tracking(run_dir: Path) -> dict[str, float] | None:
   }
 
 
+def _runs(path: Path, label: str | None) -> list[dict]:
+  """The finished runs of one compare_mechanisms.py OUT (results.json, format 2), of one label."""
+  results_path = path / "results.json"
+  if not results_path.is_file():
+    raise SystemExit(
+      f"clip_comparison.py: error: {results_path} is missing (make it with "
+      f"`python simulations/compare_mechanisms.py --out {path} ... --collect-only`)"
+    )
+  runs = json.loads(results_path.read_text())["runs"]
+  labels = sorted({r["label"] for r in runs})
+  if label is None and len(labels) > 1:
+    raise SystemExit(f"clip_comparison.py: error: {path} holds labels {labels}: pick one, --label")
+  return [r for r in runs if r["finished"] and (label is None or r["label"] == label)]
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
   )
-  parser.add_argument("arms", nargs="+", metavar="LABEL=DIR")
-  parser.add_argument("--target-quantile", type=float, default=0.5)
+  parser.add_argument("arms", nargs="+", metavar="NAME=DIR")
+  parser.add_argument("--label", help="the compare_mechanisms.py label (setting) to read")
   args = parser.parse_args(argv)
   arms = []
   for item in args.arms:
-    label, _, directory = item.partition("=")
-    if not directory:
-      parser.error(f"expected LABEL=DIR, got {item!r}")
-    path = Path(directory)
-    records = json.loads((path / "results.json").read_text())
-    arms.append((label, path, records))
-  mechanisms = list(dict.fromkeys(r["mechanism"] for _, _, recs in arms for r in recs))
+    name, _, directory = item.rpartition("=")  # NAME may hold "=" (e.g. "ζ = 1"), as in docs.
+    if not name or not directory:
+      parser.error(f"expected NAME=DIR, got {item!r}")
+    arms.append((name, Path(directory), _runs(Path(directory), args.label)))
+  mechanisms = list(dict.fromkeys(r["arm"] for _, _, runs in arms for r in runs))
   head = (
     ["mechanism"]
-    + [label for label, _, _ in arms]
+    + [name for name, _, _ in arms]
     + ["adaptive ζ (last half)", "within ζ_t, last half: exact / released"]
   )
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -80,14 +93,17 @@ def main(argv=None) -> int:
   for mechanism in mechanisms:
     cells = [mechanism]
     tracking = []
-    for label, path, records in arms:
-      rows = [r for r in records if r["mechanism"] == mechanism]
-      cells.append(_mean_std([r["final_test_accuracy"] for r in rows]))
+    for name, path, runs in arms:
+      rows = sorted((r for r in runs if r["arm"] == mechanism), key=lambda r: r["seed"])
+      seeds = ",".join(str(r["seed"]) for r in rows)
+      cells.append(
+        _mean_std([r["final_accuracy"] for r in rows]) + (f" (seeds {seeds})" if rows else "")
+      )
       for r in rows:
-        t = _tracking(path / "runs" / f"{mechanism}-seed{r['seed']}")
+        t = _tracking(path / "runs" / r["label"] / f"{mechanism}-seed{r['seed']}")
         if t is not None:
           tracking.append(t)
-        notes.append((label, mechanism, r["seed"], r["noise_multiplier"], r["audited_epsilon"]))
+        notes.append((name, mechanism, r["noise_multiplier"], r["audited_epsilon"]))
     if tracking:
       cells.append(" / ".join(f"{t['clip']:.3g}" for t in tracking))
       cells.append(" ; ".join(f"{t['exact']:.3f} / {t['noisy']:.3f}" for t in tracking))
@@ -96,12 +112,12 @@ def main(argv=None) -> int:
     lines.append("| " + " | ".join(cells) + " |")
   print("\n".join(lines))
   print()
-  sigmas = {}
-  for label, mechanism, _, sigma, eps in notes:
-    sigmas.setdefault((label, mechanism), set()).add((round(sigma, 6), round(eps, 4)))
-  for (label, mechanism), values in sigmas.items():
+  sigmas: dict[tuple[str, str], set] = {}
+  for name, mechanism, sigma, eps in notes:
+    sigmas.setdefault((name, mechanism), set()).add((round(sigma, 6), round(eps, 4)))
+  for (name, mechanism), values in sigmas.items():
     text = ", ".join(f"σ {s:.6g} (audited ε {e:.4g})" for s, e in sorted(values))
-    print(f"- {label}, {mechanism}: {text}")
+    print(f"- {name}, {mechanism}: {text}")
   return 0
 
 

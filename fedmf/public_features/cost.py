@@ -27,7 +27,10 @@ SECONDS_PER_RATING_P2 = (
   1e-7  # a UserUpdate or a statistics pass, per rating and p² (≈ 0.3 s for ML-100K)
 )
 SECONDS_PER_ITEM_P3 = 3e-7  # the batched eigendecomposition of the PSD projection
-SECONDS_PER_ENCODER_FLOP = 2e-7  # an L-BFGS step's forward and backward passes, per multiply-add
+# An L-BFGS step's forward and backward passes, per multiply-add. Was 2e-7, which put the docs'
+# tuned AM-SSP run on MovieLens-100K (162 runs with the issue-34 grid) at 70 min against the 28 min
+# it took at load 12 on 2 cores (5.1 s an outer step, evaluation included); 1e-7 gives 44 min.
+SECONDS_PER_ENCODER_FLOP = 1e-7
 SECONDS_PER_GRADIENT_ENTRY = 1e-6  # DP-SGD's sparse per-user gradients
 SECONDS_PER_READ_ROW = 2e-6  # reading a ratings row (pyarrow; Python only on a bad block)
 BYTES_PER_RATING = 160  # ratings, their merged copy, the sparse UserUpdate matrices, the weights

@@ -108,7 +108,9 @@ def _method(
     )
 
   if cfg.tune:
-    tuned = tuning.tune(run, algorithm, hyper, seeds, dataset.protocol, say)
+    # Without noise (ε = inf) reg_noise changes nothing: its points run once.
+    same = tuning.no_noise_key if not cfg.private else (lambda h: h)
+    tuned = tuning.tune(run, algorithm, hyper, seeds, dataset.protocol, say, same)
     hyper, results, table, choice = tuned.hyper, tuned.results, tuned.table, tuned.choice
   else:
     results, table, choice = [run(hyper, seed) for seed in seeds], [], {}

@@ -48,6 +48,9 @@ METHODS = (
   "DisposeExecutor",
 )
 _REFUSAL_LOG_EVERY_S = 60.0
+# How long a health check waits for the worker_binary to accept a connection (the coordinator's
+# check waits 5 s for the answer: `check_health`).
+_UPSTREAM_PROBE_S = 2.0
 
 
 def _say(line: str) -> None:
@@ -202,21 +205,40 @@ class ReloadingTLS:
     )
 
 
-def _health_servicer(upstream: grpc.Channel) -> health.HealthServicer:
-  """SERVING while the worker_binary's channel is up, NOT_SERVING otherwise (for probes)."""
-  servicer = health.HealthServicer()
+class _UpstreamHealth(health.HealthServicer):
+  """The standard health service: SERVING when the worker_binary answers a new connection now.
 
-  def track(state: grpc.ChannelConnectivity) -> None:
-    up = state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.IDLE)
-    status = (
-      health_pb2.HealthCheckResponse.SERVING if up else (health_pb2.HealthCheckResponse.NOT_SERVING)
-    )
+  Asked at each `Check` on a channel of its own, not tracked from the forwarding channel's
+  connectivity callbacks: those were seen to stop at CONNECTING while that channel carried calls
+  (gRPC Python 1.74), which left a healthy worker NOT_SERVING for good, so a coordinator that had
+  dropped it never took it back (tests/deploy/test_worker_liveness.py failed 1 run in ~15).
+  A `Watch` stream sees the status of the latest `Check`.
+  """
+
+  def __init__(self, upstream_target: str, probe_s: float = _UPSTREAM_PROBE_S):
+    super().__init__()
+    self._upstream_target = upstream_target
+    self._probe_s = probe_s
+    self._set(health_pb2.HealthCheckResponse.SERVING)  # Started after its worker_binary was ready.
+
+  def _set(self, status) -> None:
     for service in ("", SERVICE):
-      servicer.set(service, status)
+      self.set(service, status)
 
-  track(grpc.ChannelConnectivity.READY)
-  upstream.subscribe(track, try_to_connect=True)
-  return servicer
+  def _refresh(self) -> None:
+    channel = channels.open_channel(self._upstream_target, options=channels.LOCAL_OPTIONS)
+    try:
+      grpc.channel_ready_future(channel).result(timeout=self._probe_s)
+      status = health_pb2.HealthCheckResponse.SERVING
+    except grpc.FutureTimeoutError:
+      status = health_pb2.HealthCheckResponse.NOT_SERVING
+    finally:
+      channel.close()
+    self._set(status)
+
+  def Check(self, request, context):  # gRPC names it so.
+    self._refresh()
+    return super().Check(request, context)
 
 
 def _prepare_unix_socket(path: str) -> None:
@@ -281,7 +303,7 @@ def serve(
     raise FedmfUserError(f"--listen {listen}: TCP needs mutual TLS, a Unix socket takes no TLS")
   upstream = channels.open_channel(upstream_target, options=channels.LOCAL_OPTIONS)
   gate = ClientGate(allow or AllowList.load()) if tls is not None else None
-  servicer = _health_servicer(upstream)
+  servicer = _UpstreamHealth(upstream_target)
   server = grpc.server(
     concurrent.futures.ThreadPoolExecutor(max_workers=max_threads),
     handlers=[_Forwarder(upstream, gate)],

@@ -1,7 +1,9 @@
 """The public-features benchmarks still run (tiny sizes; the measurements: docs/public-features.md
 and docs/benchmarks.md §5)."""
 
+import csv
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,18 @@ def test_the_results_table_runs_the_cli_and_tabulates(tmp_path, capsys):
   assert "| dp-bias | " in text and "per-item mean (non-private)" in text and "±" in text
   assert "diverged" not in text
   assert (out / "commands.sh").read_text().count("--tune") == 2
+  summary = json.loads((out / "dp-bias-eps-5" / "summary.json").read_text())
+  with open(out / "dp-bias-eps-5" / "tuning.csv", newline="") as f:
+    rows = list(csv.DictReader(f))
+  edges = [  # recomputed from the run's own tuning.csv
+    axis
+    for axis, value in summary["chosen"].items()
+    if value in (min(float(r[axis]) for r in rows), max(float(r[axis]) for r in rows))
+    and not (axis == "outer_steps" and value == 1)  # a floor, not an edge
+  ]
+  line = next(x for x in text.splitlines() if x.startswith("- dp-bias, ε = 5:"))
+  assert ("at the grid's edge" in line) == bool(edges)
+  assert all(f"{axis} " in line.split("at the grid's edge")[-1] for axis in edges)
   # --no-run tabulates what OUT holds: a method never run is "not run", and is not run now.
   assert table.main([*args, "--methods", "dp-bias,am-ssp", "--seeds", "2", "--no-run"]) == 0
   text = (out / "results.md").read_text()

@@ -143,6 +143,52 @@ def test_tune_chooses_on_validation_and_says_tuning_is_not_covered(tmp_path, cap
   assert "not covered" in summary["privacy"]["not_covered"]
 
 
+def test_tune_runs_points_that_differ_only_in_reg_noise_once_without_noise(monkeypatch):
+  from types import SimpleNamespace
+
+  from fedmf.public_features import algorithms
+  from fedmf.public_features import tuning
+
+  monkeypatch.setitem(tuning.GRIDS, "dp-als", {"outer_steps": (1, 2), "reg_noise": (1.0, 10.0)})
+  calls = []
+
+  def run(hyper, seed):
+    calls.append((hyper.outer_steps, hyper.reg_noise, seed))
+    rmse = 1.0 / hyper.outer_steps + hyper.reg_noise / 100
+    return SimpleNamespace(metrics=[{"validation_rmse": rmse, "test_rmse": rmse + 0.01}])
+
+  hyper = algorithms.Hyperparameters()
+  noisy = tuning.tune(run, "dp-als", hyper, [0, 1], "rmse")
+  assert len(calls) == 8 and noisy.choice == {"outer_steps": 2, "reg_noise": 1.0}
+  calls.clear()
+  quiet = tuning.tune(run, "dp-als", hyper, [0, 1], "rmse", same=tuning.no_noise_key)
+  # Each outer_steps value once (with the first reg_noise), both seeds; rows repeated per point.
+  assert calls == [(1, 1.0, 0), (1, 1.0, 1), (2, 1.0, 0), (2, 1.0, 1)]
+  assert [r["reg_noise"] for r in quiet.table] == [1.0, 10.0, 1.0, 10.0]
+  assert quiet.table[2]["validation_rmse"] == quiet.table[3]["validation_rmse"]
+  assert quiet.choice == {"outer_steps": 2, "reg_noise": 1.0}  # the first of equals
+
+
+def test_every_grid_axis_has_room_around_what_movielens_100k_chose():
+  """The grids reach one step past each value chosen on MovieLens-100K with the earlier two-value
+  grids (issue 34; docs/public-features.md, "Protocol"), so those choices are inner points now.
+  AM-SSP's clip_user 1 (chosen only at ε = inf) is the one documented exception."""
+  from fedmf.public_features import tuning
+
+  earlier_choices = {  # method: {axis: values chosen at some finite ε}
+    "am-ssp": {"clip_user": {0.25}, "outer_steps": {2}, "reg_noise": {1.0}},
+    "dp-als": {"clip_user": {0.25, 1.0}, "outer_steps": {2}, "reg_noise": {10.0}},
+    "dp-cmf": {"cmf_weight": {10.0, 100.0}, "outer_steps": {2}, "reg_noise": {10.0}},
+    "dp-bias": {"reg_item": {1.0}, "outer_steps": {2}, "reg_noise": {1.0, 10.0}},
+    "am-dpsgd": {"dpsgd_learning_rate": {1.0}},
+  }
+  for method, axes in earlier_choices.items():
+    for axis, chosen in axes.items():
+      values = sorted(tuning.GRIDS[method][axis])
+      for value in chosen:
+        assert values[0] < value < values[-1], (method, axis, value, values)
+
+
 def test_help_does_not_import_the_work():
   code = (
     "import sys\nfrom fedmf.cli import main\n"
