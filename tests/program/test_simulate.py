@@ -120,11 +120,15 @@ def test_a_run_without_dp_says_so_everywhere(tmp_path, capsys, cache_dir):
   text = captured.out
   # Issue 38 items 1 and 6: off a terminal, plain progress lines with the times and the ETA; a
   # run without DP says so on them instead of 'epsilon inf'.
-  # (Heartbeats, lines of a stage or a round still running after 30 s, appear on a loaded machine.)
+  # (Heartbeats, lines of a stage or a round still running after 30 s, appear on a loaded machine;
+  # one due less than 30 s after preparing ended says "rounds 0/8 done" without "running for".)
   progress = [
     line
     for line in captured.err.splitlines()
-    if line.startswith("rounds ") and "(preparing" not in line and " running for " not in line
+    if line.startswith("rounds ")
+    and "(preparing" not in line
+    and " running for " not in line
+    and not line.startswith("rounds 0/")
   ]
   assert [line.split("  ")[0] for line in progress] == ["rounds 4/8 done", "rounds 8/8 done"]
   for line in progress:
