@@ -28,8 +28,9 @@ def _mean_std(values: list[float]) -> str:
   values = [v for v in values if v is not None and math.isfinite(v)]
   if not values:
     return "-"
-  std = statistics.stdev(values) if len(values) > 1 else 0.0
-  return f"{statistics.fmean(values):.4f} ± {std:.4f}"
+  if len(values) == 1:
+    return f"{values[0]:.4f}"  # One seed: no spread to state.
+  return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
 
 
 def _tracking(run_dir: Path) -> dict[str, float] | None:

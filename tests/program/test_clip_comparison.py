@@ -69,10 +69,7 @@ def test_table_from_two_arms(tmp_path, capsys):
   out = capsys.readouterr().out
   # mean 0.25, sample std of (0.2, 0.3) = 0.0707; within ζ_t: 10/20 and 10/20; released 0.5;
   # median ζ of (0.4, 0.6) = 0.5. The unfinished BLT run is left out.
-  assert (
-    "| dpsgd | 0.2500 ± 0.0707 (seeds 0,1) | 0.2500 ± 0.0000 (seeds 0) | 0.5 | 0.500 / 0.500 |"
-    in out
-  )
+  assert "| dpsgd | 0.2500 ± 0.0707 (seeds 0,1) | 0.2500 (seeds 0) | 0.5 | 0.500 / 0.500 |" in out
   assert "blt" not in out.split("\n\n")[0]
 
 
