@@ -4,11 +4,12 @@
 Each ARM is a `simulations/compare_mechanisms.py --out DIR` run of the same setting with one clip
 (`--set clip_norm=1.0`, `=10.0`, `=0.1`, `=adaptive`); this script reads their results.json and
 runs/LABEL/ARM-seedS/metrics.csv and prints one markdown table: final test accuracy (mean ± std
-over the finished seeds) per mechanism and clip, σ and the audited ε of each, and for the adaptive arm where ζ went (its median
-over the last half of the rounds) and how close it tracked the target quantile (the fraction of
+over the finished seeds; `--accuracy end`: the end-of-training average) per mechanism and clip, σ
+and the audited ε of each, and for the adaptive arm where ζ went (its median over the last half of
+the rounds) and how close it tracked the target quantile (the fraction of
 clients within ζ_t over the last half of the rounds, from metrics.csv: exact and as released).
 
-  python simulations/clip_comparison.py NAME=DIR [NAME=DIR ...] [--label LABEL]
+  python simulations/clip_comparison.py NAME=DIR [NAME=DIR ...] [--label LABEL] [--accuracy end]
 
 e.g. `ζ = 1=out/clip-default-fixed1 ζ = 10=out/clip-default-fixed10 adaptive=out/clip-default-adaptive`.
 """
@@ -76,6 +77,13 @@ def main(argv=None) -> int:
   )
   parser.add_argument("arms", nargs="+", metavar="NAME=DIR")
   parser.add_argument("--label", help="the compare_mechanisms.py label (setting) to read")
+  parser.add_argument(
+    "--accuracy",
+    choices=("final", "end"),
+    default="final",
+    help="final: the last evaluation's; end: the mean of the last evaluations (the papers' "
+    "average over nearby rounds, compare_mechanisms.py --end-evaluations)",
+  )
   args = parser.parse_args(argv)
   arms = []
   for item in args.arms:
@@ -98,7 +106,8 @@ def main(argv=None) -> int:
       rows = sorted((r for r in runs if r["arm"] == mechanism), key=lambda r: r["seed"])
       seeds = ",".join(str(r["seed"]) for r in rows)
       cells.append(
-        _mean_std([r["final_accuracy"] for r in rows]) + (f" (seeds {seeds})" if rows else "")
+        _mean_std([r[f"{args.accuracy}_accuracy"] for r in rows])
+        + (f" (seeds {seeds})" if rows else "")
       )
       for r in rows:
         t = _tracking(path / "runs" / r["label"] / f"{mechanism}-seed{r['seed']}")

@@ -29,6 +29,7 @@ def _run(arm, seed, accuracy, finished=True, label="default"):
     "seed": seed,
     "finished": finished,
     "final_accuracy": accuracy if finished else None,
+    "end_accuracy": accuracy - 0.01 if finished else None,
     "noise_multiplier": 1.13,
     "audited_epsilon": 7.999,
   }
@@ -71,6 +72,8 @@ def test_table_from_two_arms(tmp_path, capsys):
   # median ζ of (0.4, 0.6) = 0.5. The unfinished BLT run is left out.
   assert "| dpsgd | 0.2500 ± 0.0707 (seeds 0,1) | 0.2500 (seeds 0) | 0.5 | 0.500 / 0.500 |" in out
   assert "blt" not in out.split("\n\n")[0]
+  assert _script().main([f"ζ = 1={fixed}", f"adaptive={adaptive}", "--accuracy", "end"]) == 0
+  assert "| dpsgd | 0.2400 ± 0.0707 (seeds 0,1) | 0.2400 (seeds 0) |" in capsys.readouterr().out
 
 
 def test_missing_results_and_mixed_labels_are_one_line_errors(tmp_path):
