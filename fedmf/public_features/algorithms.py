@@ -59,6 +59,7 @@ class Hyperparameters:
   dpsgd_clip: float = 1.0  # Γ_g: per-user gradient clip
   dpsgd_learning_rate: float = 0.5
   dpsgd_weight_decay: float = 1e-3  # λ_θ of DP-SGD (per step, on the mean gradient)
+  dpsgd_optimizer: str = "sgd"  # or "adam" on the noised gradient (post-processing)
   init_scale: float = 0.3
   item_id: bool = False  # the item's id as one more feature of the encoder (AM-SSP, AM-DPSGD)
   biases: bool = True  # user biases, item biases, a global offset (model.py)
@@ -273,6 +274,7 @@ def train(
         learning_rate=hyper.dpsgd_learning_rate,
         reg_params=hyper.dpsgd_weight_decay,
         rng=noise_rng,
+        optimizer=hyper.dpsgd_optimizer,
       )
       item_side = encoder.forward(features, params)
     else:

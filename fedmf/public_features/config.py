@@ -21,6 +21,7 @@ DATA = ("synthetic", "movielens-100k", "movielens-1m", "movielens-10m", "moviele
 ALGORITHMS = ("am-ssp", "am-dpsgd", "dp-als", "dp-cmf", "dp-bias")
 DUPLICATES = ("refuse", "mean")
 WEIGHTS = ("counts", "uniform")
+DPSGD_OPTIMIZERS = ("sgd", "adam")
 MAX_SEED = 2**63  # seeds enter 64-bit integer hashes (statistics.count_contributions)
 MAX_SIZE = 10**9  # no count of users, items, steps or dimensions beyond this is a real run
 MAX_REG = 1e12
@@ -82,6 +83,7 @@ class PublicFeaturesConfig:
   dpsgd_clip: float = 1.0
   dpsgd_learning_rate: float = 0.5
   dpsgd_weight_decay: float = 1e-3
+  dpsgd_optimizer: str = "sgd"  # AM-DPSGD's step on the noised gradient: sgd or adam
 
   def validate(self) -> PublicFeaturesConfig:
     """Every value against its range (one line naming the key), then the combinations."""
@@ -89,6 +91,7 @@ class PublicFeaturesConfig:
     _choice("algorithm", self.algorithm, ALGORITHMS)
     _choice("duplicates", self.duplicates, DUPLICATES)
     _choice("weights", self.weights, WEIGHTS)
+    _choice("dpsgd_optimizer", self.dpsgd_optimizer, DPSGD_OPTIMIZERS)
     if not self.epsilon > 0:  # inf is the non-private reference
       raise ConfigError(f"epsilon must be a number > 0 (or inf), got {shown(self.epsilon)}")
     _open_interval("delta", self.delta)

@@ -137,6 +137,7 @@ def tuning_keys(algorithm: str) -> tuple[str, ...]:
     return (*common, "clip_user", "dpsgd_steps", "item_id", "dpsgd_sampling", "dpsgd_clip") + (
       "dpsgd_learning_rate",
       "dpsgd_weight_decay",
+      "dpsgd_optimizer",
     )
   if algorithm == "am-ssp":
     return (*common, "clip_user", "item_steps", "reg_params", "dim", "item_id")

@@ -84,11 +84,15 @@ def dpsgd_item_update(
   learning_rate: float,
   reg_params: float,
   rng,
+  optimizer: str = "sgd",
 ) -> encoder.EncoderParams:
   """User-level DP-SGD on the public encoder (Algorithm 6; the forward pass once per step). Each
   sampled user's gradient of ½ Σ_{i∈Ω_k} w_i (ū_k·v_{j_i} − ȳ_i)² (`weights` w_i: the App. E.1
-  budget allocation, or 1) is clipped to Γ_g."""
+  budget allocation, or 1) is clipped to Γ_g. `optimizer` "adam" steps with Adam (Kingma and Ba
+  2015, Alg. 1) on the noised mean gradient instead of plain SGD: post-processing of the same
+  releases, so the privacy is unchanged; its moments restart with each call (one outer step)."""
   flat = params.flat()
+  adam = _Adam(flat.size) if optimizer == "adam" else None
   expected_batch = sampling_probability * num_users
   by_user = np.argsort(users, kind="stable")
   starts = np.searchsorted(users[by_user], np.arange(num_users + 1))
@@ -112,5 +116,27 @@ def dpsgd_item_update(
       scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
       total = per_user.T @ scale
     total += noise_multiplier * clip_norm * rng.standard_normal(flat.size)
-    flat = flat - learning_rate * (total / expected_batch + reg_params * flat)
+    gradient = total / expected_batch + reg_params * flat
+    flat = flat - learning_rate * (gradient if adam is None else adam.direction(gradient))
   return params.like(flat)
+
+
+class _Adam:
+  """Adam's step direction (Kingma and Ba 2015, Algorithm 1, with bias correction); the learning
+  rate is applied by the caller. Written here (a few lines of numpy on one flat vector) because the
+  encoder is numpy, not a TF or optax model."""
+
+  BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8
+
+  def __init__(self, size: int):
+    self.first = np.zeros(size)
+    self.second = np.zeros(size)
+    self.steps = 0
+
+  def direction(self, gradient: np.ndarray) -> np.ndarray:
+    self.steps += 1
+    self.first = self.BETA1 * self.first + (1 - self.BETA1) * gradient
+    self.second = self.BETA2 * self.second + (1 - self.BETA2) * gradient**2
+    first = self.first / (1 - self.BETA1**self.steps)
+    second = self.second / (1 - self.BETA2**self.steps)
+    return first / (np.sqrt(second) + self.EPSILON)

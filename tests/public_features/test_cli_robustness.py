@@ -54,6 +54,7 @@ def _nothing_written(tmp_path):
     (["--set", "colour=red"], "unknown config key 'colour'"),
     (["--set", "privacy.delta=1e-6"], "fedmf public-features keys are flat"),
     (["--set", "algorithm=sgd"], "algorithm must be one of"),
+    (["--set", "dpsgd_optimizer=rmsprop"], "dpsgd_optimizer must be one of sgd, adam"),
     (["--set", "data=movielens-10m"], "needs a data directory"),
     (["--set", "dim=two"], "dim must be an integer, got 'two'"),
     (["--set", "dim="], "dim must be an integer, got null"),  # --set KEY= is null

@@ -202,3 +202,49 @@ def test_dp_cmf_item_update_solves_the_collective_normal_equations():
   np.testing.assert_allclose(
     item_updates.cmf_item_update(stats, x, v, 0.0, lam), item_updates.als_item_update(stats, lam)
   )
+
+
+def _one_dpsgd_step(optimizer, learning_rate, params, features, rng_seed=3):
+  """One noiseless AM-DPSGD step over every user of a tiny problem (Algorithm 6)."""
+  from fedmf.public_features import item_updates
+
+  rng = np.random.default_rng(rng_seed)
+  users_, items, labels = _random_ratings(rng, num_users=7, num_items=12, count=40)
+  u = rng.normal(size=(7, 4))
+  return item_updates.dpsgd_item_update(
+    features, params, u, users_, items, labels, 7,
+    steps=1, sampling_probability=1.0, clip_norm=1e6, noise_multiplier=0.0,
+    learning_rate=learning_rate, reg_params=0.0, rng=np.random.default_rng(0), optimizer=optimizer,
+  )  # fmt: skip
+
+
+def test_adam_first_step_moves_every_coordinate_by_the_learning_rate_against_the_gradient():
+  """Adam (Kingma and Ba 2015, Alg. 1) with bias correction: the first step is -η·sign(g), g the
+  gradient plain SGD steps along (SGD at rate 1 moves by exactly -g)."""
+  rng = np.random.default_rng(8)
+  _, features = synthetic_ratings(SyntheticSpec(num_users=5, num_items=12, num_people=30), rng)
+  params = encoder.init_encoder(features, 3, rng, out_dim=4)
+  start = params.flat()
+  gradient = start - _one_dpsgd_step("sgd", 1.0, params, features).flat()
+  moved = _one_dpsgd_step("adam", 0.01, params, features).flat() - start
+  assert np.count_nonzero(np.abs(gradient) > 1e-3) > 10
+  # m̂ = g and v̂ = g² after one step, so the step is -η·g/(|g| + ε_Adam), ε_Adam = 1e-8.
+  np.testing.assert_allclose(moved, -0.01 * gradient / (np.abs(gradient) + 1e-8), rtol=1e-7)
+
+
+def test_the_optimizer_is_post_processing_the_same_noise_and_budget():
+  from fedmf.public_features import algorithms
+  from fedmf.public_features import data
+
+  rng = np.random.default_rng(0)
+  spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)
+  ratings, features = data.synthetic_ratings(spec, rng)
+  dataset = data.random_split("synthetic", ratings, features, 200, 0.1, 0.1, rng, 0.0)
+  privacy = {}
+  for optimizer in ("sgd", "adam"):
+    hyper = algorithms.Hyperparameters(
+      dim=3, outer_steps=2, dpsgd_steps=5, dpsgd_sampling=0.1, dpsgd_optimizer=optimizer
+    )
+    privacy[optimizer] = algorithms.train(dataset, "am-dpsgd", 3.0, 1e-5, 0, hyper).privacy
+  assert privacy["sgd"] == privacy["adam"]
+  assert privacy["adam"]["noise_multiplier"] > 0
