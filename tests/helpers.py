@@ -1,5 +1,6 @@
 """Helpers shared by the test modules, in one place: running the `fedmf` CLI in process, checking a
-one-line refusal, and brute-force participation statistics.
+one-line refusal, loading a script that is not a package module, and brute-force participation
+statistics.
 
 `fedmf(argv)` looks `fedmf.cli.main.main` up when it is called, so the output check that
 tests/conftest.py installs around it for each test applies (a module doing `from fedmf.cli.main
@@ -7,14 +8,30 @@ import main` would keep the unchecked function)."""
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import subprocess
+import sys
 import time
+import types
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from fedmf import config_parse
 from fedmf.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str) -> types.ModuleType:
+  """The script at ROOT/`relative` (benchmarks/, simulations/, tools/, deploy/: not packages) as a
+  fresh module named after its file, registered in sys.modules (dataclasses look it up there)."""
+  path = ROOT / relative
+  spec = importlib.util.spec_from_file_location(path.stem, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[path.stem] = module
+  spec.loader.exec_module(module)
+  return module
 
 
 def fedmf(argv) -> int:

@@ -1,16 +1,13 @@
 """benchmarks/bandmf_benchmark.py still runs and prints both routes and both starts (tiny sizes; its measurements
 live in docs/benchmarks.md, no timing is checked)."""
 
-import importlib.util
 import json
-from pathlib import Path
+
+from tests.helpers import load_script
 
 
 def test_bandmf_benchmark_tiny(capsys, tmp_path):
-  path = Path(__file__).resolve().parents[1] / "benchmarks" / "bandmf_benchmark.py"
-  spec = importlib.util.spec_from_file_location("bandmf_benchmark", path)
-  bench = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(bench)
+  bench = load_script("benchmarks/bandmf_benchmark.py")
   out_file = tmp_path / "bench.json"
   args = ["--n", "40", "--bands", "8", "--repeats", "1", "--skip-cli", "--json", str(out_file)]
   assert bench.main(args) == 0

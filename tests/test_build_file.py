@@ -1,23 +1,19 @@
 """The Bazel BUILD files are current (tools/update_build.py regenerates them from the imports),
 declare every Python file, and their dependencies follow the imports."""
 
-import importlib.util
 import re
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _generator():
-  spec = importlib.util.spec_from_file_location("update_build", ROOT / "tools" / "update_build.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules["update_build"] = module
-  spec.loader.exec_module(module)
-  return module
+  return load_script("tools/update_build.py")
 
 
 def _declared_sources() -> set[str]:
@@ -74,13 +70,9 @@ def test_every_test_file_is_a_py_test_run_by_pytest():
 def test_ci_runs_what_only_bazel_checks():
   """Issue 38 item 21: `python3 dev.py bazel` (CI) builds every target and runs the tests tagged
   ci, a representative set, instead of the whole suite a second time."""
-  import importlib.util
-
   text = (ROOT / "BUILD").read_text()
   tagged = re.findall(r'args = \[\s*"(tests/[^"]+)",(?:(?!\n\)).)*?"ci"', text, re.S)
-  spec = importlib.util.spec_from_file_location("update_build", ROOT / "tools" / "update_build.py")
-  update_build = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(update_build)
+  update_build = load_script("tools/update_build.py")
   assert sorted(tagged) == sorted(update_build.CI_TESTS)
   assert all((ROOT / rel).is_file() for rel in update_build.CI_TESTS)
   dev = (ROOT / "dev.py").read_text()

@@ -1,20 +1,18 @@
 """The import structure of fedmf/: no import cycles (function-level imports included) and no import
 from a lower layer to a higher one, with the layers read from the one table in docs/architecture.md."""
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_depgraph():
-  spec = importlib.util.spec_from_file_location("depgraph", ROOT / "tools" / "depgraph.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("tools/depgraph.py")
 
 
 depgraph = _load_depgraph()

@@ -1,13 +1,9 @@
 """benchmarks/stall_sampler.py groups a gdb dump by the first frame that is not plumbing (what found
 issue 22's stalls: tf.data's autotuning thread joined by an iterator's destructor)."""
 
-import importlib.util
-from pathlib import Path
+from tests.helpers import load_script
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "stall_sampler.py"
-_SPEC = importlib.util.spec_from_file_location("stall_sampler", _PATH)
-stall_sampler = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(stall_sampler)
+stall_sampler = load_script("benchmarks/stall_sampler.py")
 
 _DUMP = """
 Thread 3 (Thread 0x7f (LWP 12) "grpcpp_sync_ser"):

@@ -4,22 +4,16 @@ adaptive runs' metrics.csv: the table's numbers, worked out by hand here."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import load_script
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location(
-    "clip_comparison", ROOT / "simulations" / "clip_comparison.py"
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("simulations/clip_comparison.py")
 
 
 def _run(arm, seed, accuracy, finished=True, label="default"):

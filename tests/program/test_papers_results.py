@@ -10,11 +10,12 @@ in the first rounds' losses).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "simulations" / "results" / "papers-2052" / "results.json"
@@ -24,12 +25,7 @@ SLOW_RUN = ("cohort-1000", "tree", 0)
 
 
 def _compare_module():
-  spec = importlib.util.spec_from_file_location(
-    "compare_mechanisms", ROOT / "simulations" / "compare_mechanisms.py"
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("simulations/compare_mechanisms.py")
 
 
 def _record(run):

@@ -13,7 +13,7 @@ from fedmf.cli import main as cli_main
 from fedmf.participation import ParticipationConfig, build
 from fedmf.privacy import audit, participation_log
 from fedmf.tasks import stackoverflow as sod
-from tests.helpers import brute_min_sep, settings
+from tests.helpers import brute_min_sep, load_script, settings
 
 TINY = [
   "task=synthetic",
@@ -278,13 +278,7 @@ def test_wall_clock_timer_min_sep_is_what_the_log_says(tmp_path):
 
 
 def test_own_data_example_runs(tmp_path, capsys, cache_dir):
-  import importlib.util
-  from pathlib import Path
-
-  path = Path(__file__).resolve().parents[2] / "simulations" / "own_data_example.py"
-  spec = importlib.util.spec_from_file_location("own_data_example", path)
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = load_script("simulations/own_data_example.py")
   assert (
     example.main(["--out", str(tmp_path / "own"), "--set", "rounds=4", "--set", "eval_every=2"])
     == 0
@@ -298,13 +292,7 @@ def test_own_data_example_runs(tmp_path, capsys, cache_dir):
 def test_compare_mechanisms_runs_each_arm_at_the_same_epsilon_and_resumes(
   tmp_path, capsys, cache_dir
 ):
-  import importlib.util
-  from pathlib import Path
-
-  path = Path(__file__).resolve().parents[2] / "simulations" / "compare_mechanisms.py"
-  spec = importlib.util.spec_from_file_location("compare_mechanisms", path)
-  compare = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(compare)
+  compare = load_script("simulations/compare_mechanisms.py")
   out = tmp_path / "compare"
   args = ["--out", str(out), "--seeds", "0", "--arms", "dpsgd,blt-k1-2", "--epsilon", "6"]
   args += ["--end-evaluations", "2", "--label", "tiny"]

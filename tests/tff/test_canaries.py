@@ -4,10 +4,8 @@ mechanism it measures the μ the noise has; and in 10-round unweighted and weigh
 with the BLT aggregator (deploy/canary_example.py) its estimate agrees with `fedmf simulate`'s on
 the same settings."""
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,9 +16,8 @@ from fedmf.mf import strategies as st
 from fedmf.privacy import accounting
 from fedmf.tasks.synthetic import SyntheticTask
 from fedmf.tff import build_dp_aggregator, canary_factory
+from tests.helpers import load_script
 from tests.mf.brute_force import brute_force_patterns
-
-ROOT = Path(__file__).resolve().parents[2]
 
 BLT = {'mechanism': 'blt', 'buf_decay': [0.9, 0.5], 'output_scale': [0.2, 0.3]}
 VALUE_TYPE = tff.StructWithPythonType(
@@ -123,12 +120,7 @@ def test_every_mechanism_measures_its_pattern(tff_context, mechanism):
 
 
 def _example():
-  spec = importlib.util.spec_from_file_location(
-    'canary_example', ROOT / 'deploy' / 'canary_example.py'
-  )
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
-  return example
+  return load_script('deploy/canary_example.py')
 
 
 def _fed_avg_estimate(weighted):

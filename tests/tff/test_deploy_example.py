@@ -1,17 +1,10 @@
 """The deployment example builds weighted FedAvg with the DP aggregator and runs rounds."""
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import load_script
 
 
 def test_weighted_fedavg_example_runs(tmp_path, capsys):
-  spec = importlib.util.spec_from_file_location(
-    "fedavg_example", ROOT / "deploy" / "fedavg_example.py"
-  )
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = load_script("deploy/fedavg_example.py")
   strategy = tmp_path / "blt.json"
   strategy.write_text('{"mechanism": "blt", "buf_decay": [0.9], "output_scale": [0.3]}')
   assert (
@@ -27,11 +20,7 @@ def test_weighted_fedavg_example_runs(tmp_path, capsys):
 
 
 def test_the_production_recipe_runs(tmp_path, capsys):
-  spec = importlib.util.spec_from_file_location(
-    "fedavg_example", ROOT / "deploy" / "fedavg_example.py"
-  )
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = load_script("deploy/fedavg_example.py")
   strategy = tmp_path / "blt.json"
   strategy.write_text('{"mechanism": "blt", "buf_decay": [0.9], "output_scale": [0.3]}')
   args = ["--strategy", str(strategy), "--rounds", "3", "--clients-per-round", "3", "--recipe"]
