@@ -54,14 +54,16 @@ def cell(summary: dict, key: str) -> str:
 def grid_edges(tuning_csv: Path, choice: dict, ignore: tuple[str, ...] = ()) -> list[str]:
   """The axes of `choice` at the lowest or highest value the run's grid tried (booleans and
   one-value axes have no edge to widen; `ignore`: axes without effect, whose value is the first of
-  equals): where a wider grid might choose otherwise."""
+  equals): where a wider grid might choose otherwise. Only numeric axes have edges."""
   if not tuning_csv.is_file():
     return []
   with open(tuning_csv, newline="") as f:
     rows = list(csv.DictReader(f))
   edges = []
   for axis, value in choice.items():
-    if isinstance(value, bool) or axis in ignore or axis not in (rows[0] if rows else {}):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or axis in ignore:
+      continue  # booleans and words (dpsgd_optimizer) have no order to widen along
+    if axis not in (rows[0] if rows else {}):
       continue
     tried = sorted({float(row[axis]) for row in rows})
     at_floor = float(value) == FLOORS.get(axis)
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   epsilons, methods = args.epsilons.split(","), args.methods.split(",")
-  commands = []
+  commands, failed = [], []
   for epsilon in epsilons:
     for method in methods:
       argv_run = command(args, method, epsilon)
@@ -99,6 +101,7 @@ def main(argv=None) -> int:
       with open(out / f"{method}-eps-{epsilon}.log", "w") as log:
         code = subprocess.run(argv_run, stdout=subprocess.DEVNULL, stderr=log).returncode
       if code:
+        failed.append(f"{method} ε = {epsilon}")
         print(f"  failed (exit {code}): see {log.name}", file=sys.stderr, flush=True)
   (out / "commands.sh").write_text("\n".join(commands) + "\n")
   head = "| method | " + " | ".join(f"ε = {e}" for e in epsilons) + " |"
@@ -136,6 +139,9 @@ def main(argv=None) -> int:
   text = "\n".join(lines + chosen) + "\n"
   (out / "results.md").write_text(text)
   print(text)
+  if failed:  # the table is written either way; the exit code says a cell is missing
+    print(f"failed: {', '.join(failed)} (see their logs in {out})", file=sys.stderr)
+    return 1
   return 0
 
 

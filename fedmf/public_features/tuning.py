@@ -135,6 +135,11 @@ def no_noise_key(hyper: algorithms.Hyperparameters) -> algorithms.Hyperparameter
 
 
 def _shown(point: dict) -> str:
-  return " ".join(
-    f"{k}={str(v).lower() if isinstance(v, bool) else f'{v:g}'}" for k, v in point.items()
-  )
+  """`key=value ...` as --set takes them (booleans lower case, numbers short, words as they are)."""
+
+  def value(v) -> str:
+    if isinstance(v, bool):
+      return str(v).lower()
+    return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+  return " ".join(f"{k}={value(v)}" for k, v in point.items())

@@ -2,20 +2,15 @@
 and docs/benchmarks.md §5)."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.helpers import load_script
 
 
 def _load(name):
-  spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script(f"benchmarks/{name}.py")
 
 
 def test_the_results_table_runs_the_cli_and_tabulates(tmp_path, capsys):
@@ -49,6 +44,29 @@ def test_the_results_table_runs_the_cli_and_tabulates(tmp_path, capsys):
   text = (out / "results.md").read_text()
   assert "| am-ssp | not run | not run |" in text and not (out / "am-ssp-eps-5").exists()
   capsys.readouterr()
+
+
+def test_the_table_tunes_am_dpsgd_over_its_word_axis_and_says_when_a_cell_failed(tmp_path, capsys):
+  """AM-DPSGD's real grid has a word axis (dpsgd_optimizer: adam): the tuning log and the table's
+  edge names handle it. A cell the CLI refuses makes the script exit 1 and shows in the table."""
+  config = tmp_path / "tiny.yaml"
+  config.write_text(
+    "data: synthetic\nnum_users: 150\nnum_items: 15\nnum_people: 30\nouter_steps: 1\n"
+    "dpsgd_steps: 2\ndim: 2\n"
+  )
+  table = _load("public_features_table")
+  out = tmp_path / "table"
+  args = ["--config", str(config), "--out", str(out), "--seeds", "1", "--methods", "am-dpsgd"]
+  assert table.main([*args, "--epsilons", "5"]) == 0
+  summary = json.loads((out / "am-dpsgd-eps-5" / "summary.json").read_text())
+  assert summary["chosen"]["dpsgd_optimizer"] == "adam"
+  assert summary["hyperparameters"]["dpsgd_optimizer"] == "adam"
+  line = next(x for x in (out / "results.md").read_text().splitlines() if "am-dpsgd, ε = 5" in x)
+  assert line.count("dpsgd_optimizer") == 1  # in the choice, not named as an edge: no order
+  config.write_text(config.read_text() + "federated: true\n")  # am-dpsgd is not federated: refused
+  assert table.main([*args, "--epsilons", "1"]) == 1
+  assert "| am-dpsgd | not run |" in (out / "results.md").read_text()
+  assert "failed: am-dpsgd ε = 1" in capsys.readouterr().err
 
 
 @pytest.mark.slow
