@@ -44,7 +44,6 @@ import csv
 import hashlib
 import json
 import math
-import os
 import re
 import statistics
 import subprocess
@@ -432,9 +431,11 @@ def write_results(results: dict[str, Any], path: Path) -> None:
   runs = [json.dumps(r, separators=(",", ":")) for r in results["runs"]]
   lines.append(",\n".join(f"  {r}" for r in runs))
   lines += [" ]", "}"]
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text("\n".join(lines) + "\n")
-  os.replace(tmp, path)
+  # fedmf's atomic writer: its temporary name carries the pid, so two comparisons sharing OUT (two
+  # terminals, one arm each) cannot rename each other's half-written file.
+  from fedmf import atomic_files
+
+  atomic_files.write_text(path, "\n".join(lines) + "\n")
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
