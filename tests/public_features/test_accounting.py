@@ -155,18 +155,22 @@ def test_bad_budgets_are_user_errors():
     accounting.calibrate_ssp(1.0, 1e-5, 2, count_fraction=1.0)
 
 
-@pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "dp-cmf", "dp-bias", "am-dpsgd"])
-def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
-  """Recompute ε from the noise multipliers a training run actually used (counts included)."""
-  from fedmf.public_features import algorithms
+def _small_synthetic_split():
   from fedmf.public_features import data
 
   rng = np.random.default_rng(0)
   spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)
   ratings, features = data.synthetic_ratings(spec, rng)
-  dataset = data.random_split("synthetic", ratings, features, 200, 0.1, 0.1, rng, 0.0)
+  return data.random_split("synthetic", ratings, features, 200, 0.1, 0.1, rng, 0.0)
+
+
+@pytest.mark.parametrize("algorithm", ["am-ssp", "dp-als", "dp-cmf", "dp-bias", "am-dpsgd"])
+def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
+  """Recompute ε from the noise multipliers a training run actually used (counts included)."""
+  from fedmf.public_features import algorithms
+
   hyper = algorithms.Hyperparameters(dim=3, outer_steps=2, dpsgd_steps=5, dpsgd_sampling=0.1)
-  result = algorithms.train(dataset, algorithm, 3.0, 1e-5, 0, hyper)
+  result = algorithms.train(_small_synthetic_split(), algorithm, 3.0, 1e-5, 0, hyper)
   p = result.privacy
   if algorithm == "am-dpsgd":
     assert p["steps"] == 10 and p["sampling_probability"] == 0.1
@@ -186,3 +190,17 @@ def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
     assert len(sigmas) == 2
     mu = math.sqrt(p["count_noise_multiplier"] ** -2 + sum(2 * s**-2 for s in sigmas))
     assert base_accounting.gaussian_epsilon(mu, 1e-5) <= 3.0 * (1 + 1e-9)
+
+
+def test_the_dpsgd_optimizer_is_post_processing_the_same_noise_and_budget():
+  from fedmf.public_features import algorithms
+
+  dataset = _small_synthetic_split()
+  privacy = {}
+  for optimizer in ("sgd", "adam"):
+    hyper = algorithms.Hyperparameters(
+      dim=3, outer_steps=2, dpsgd_steps=5, dpsgd_sampling=0.1, dpsgd_optimizer=optimizer
+    )
+    privacy[optimizer] = algorithms.train(dataset, "am-dpsgd", 3.0, 1e-5, 0, hyper).privacy
+  assert privacy["sgd"] == privacy["adam"]
+  assert privacy["adam"]["noise_multiplier"] > 0

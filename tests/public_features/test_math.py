@@ -230,21 +230,3 @@ def test_adam_first_step_moves_every_coordinate_by_the_learning_rate_against_the
   assert np.count_nonzero(np.abs(gradient) > 1e-3) > 10
   # m̂ = g and v̂ = g² after one step, so the step is -η·g/(|g| + ε_Adam), ε_Adam = 1e-8.
   np.testing.assert_allclose(moved, -0.01 * gradient / (np.abs(gradient) + 1e-8), rtol=1e-7)
-
-
-def test_the_optimizer_is_post_processing_the_same_noise_and_budget():
-  from fedmf.public_features import algorithms
-  from fedmf.public_features import data
-
-  rng = np.random.default_rng(0)
-  spec = data.SyntheticSpec(num_users=200, num_items=20, num_people=30, dim=3)
-  ratings, features = data.synthetic_ratings(spec, rng)
-  dataset = data.random_split("synthetic", ratings, features, 200, 0.1, 0.1, rng, 0.0)
-  privacy = {}
-  for optimizer in ("sgd", "adam"):
-    hyper = algorithms.Hyperparameters(
-      dim=3, outer_steps=2, dpsgd_steps=5, dpsgd_sampling=0.1, dpsgd_optimizer=optimizer
-    )
-    privacy[optimizer] = algorithms.train(dataset, "am-dpsgd", 3.0, 1e-5, 0, hyper).privacy
-  assert privacy["sgd"] == privacy["adam"]
-  assert privacy["adam"]["noise_multiplier"] > 0
