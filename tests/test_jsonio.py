@@ -38,3 +38,22 @@ def test_non_finite_values_become_null():
     "a": [1.0, None],
     "b": None,
   }
+
+
+def test_number_rows_write_each_list_of_numbers_on_one_line_with_the_same_values():
+  obj = {
+    "columns": [list(np.linspace(0.1, 1.0, 7)), [np.float64(0.25), 3], [1.0, math.nan]],
+    "flags": [True, False],  # booleans are not numbers here
+    "mixed": [1, "a", [2.5, -1e-300]],
+    "n": 2,
+  }
+  text = jsonio.json_text(obj, number_rows=True)
+  assert json.loads(text) == json.loads(jsonio.json_text(obj))
+  lines = text.splitlines()
+  assert f'  {json.dumps(list(np.linspace(0.1, 1.0, 7)))},' in lines
+  assert '  [0.25, 3],' in lines
+  assert '   null' in lines  # a row with NaN is written the plain way, NaN as null
+  assert '  [2.5, -1e-300]' in lines and '  true,' in lines
+  # A string holding NUL (the placeholder's marker) is written the plain way, the same values.
+  odd = {"note": "a\x00row0\x00b", "c": [1.0, 2.0]}
+  assert jsonio.json_text(odd, number_rows=True) == jsonio.json_text(odd)

@@ -28,7 +28,8 @@ from fedmf.mf.banded_stream import BandedStream, banded_stream
 # L-BFGS iterations after which `banded_optimize`'s stopping rule (rtol 1e-6) ends, rounded up from
 # the measured 58 (n = 256, b̂ = 64), 100 (1026, 171) and 132 (2052, 342; 136 evaluations) from the
 # square-root Toeplitz start, and from the nested coarse start (`banded_optimize.uses_coarse_start`)
-# 108-110 (2052, 342; 111-113 evaluations, after 87 at 1026, 171).
+# 108-110 (2052, 342; 111-113 evaluations, after 87 at 1026, 171) with 10 L-BFGS pairs, 111
+# (113 evaluations, after 82) with 5 (`banded_optimize.LBFGS_MEMORY`).
 EXPECTED_ITERATIONS = 160
 EXPECTED_ITERATIONS_AFTER_COARSE = 130
 
@@ -183,7 +184,7 @@ def _optimize_cost(n: int, bands: int, max_iter: Optional[int], rms: bool) -> re
   expected = EXPECTED_ITERATIONS_AFTER_COARSE if coarse else EXPECTED_ITERATIONS
   iterations = min(expected, max_iter or expected)
   step = banded_gradient_cost(n, bands)
-  history = resources.FLOAT * 2.0 * 10.0 * bands * float(n)
+  history = resources.FLOAT * 2.0 * banded_optimize.LBFGS_MEMORY * bands * float(n)
   cost = resources.Cost.of(
     f"{iterations} L-BFGS iterations of {step.steps[0].what}",
     step.memory_bytes + history,

@@ -20,19 +20,20 @@ dense formula ∂‖A C⁻¹‖²_F/∂C = -2 Fᵀ A X⁻¹ and finite differenc
 
     P̄_i = K_iᵀ W̄_i K_i,   L̄_i = -2 K_iᵀ W̄_i W_i,   Ū_i = 2 P̄_i U_i W_{i-1},
 
-each restricted to G's band, and C̄_ij = Ḡ_ij - Ḡ_{i,j-1}. Cost: about 5.9 s³ multiply-adds per block,
-5.9·n·s² in all (n = 2052, b̂ = 342: 1.4·10⁹, against ~4·10⁹ for the dense triangular inverse and
-products it replaces), memory 2·n·s floats (K_i and W_i kept for the reverse pass).
+each restricted to G's band, and C̄_ij = Ḡ_ij - Ḡ_{i,j-1}. Cost: about 5.5 s³ multiply-adds per block,
+5.5·n·s² in all (n = 2052, b̂ = 342: 1.3·10⁹, against ~4·10⁹ for the dense triangular inverse and
+products it replaces), memory 2·n·s floats (L_i and W_i kept for the reverse pass; K_i is applied by
+triangular solves, never formed).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Optional
 
 import numpy as np
-from scipy.linalg import blas, lapack
+from numpy.lib.stride_tricks import as_strided
+from scipy.linalg import blas
 
 # Blocks of at least this many rounds, so that small b̂ do not pay Python overhead per round.
 MIN_BLOCK = 64
@@ -49,48 +50,32 @@ def difference_band(c: np.ndarray) -> np.ndarray:
   gb = np.zeros((bands + 1, n))
   gb[:bands] = c
   gb[1:, : n - 1] -= c[:, 1:]
-  for r in range(1, bands + 1):  # Out of range (j + r ≥ n): zero.
-    gb[r, max(n - r, 0) :] = 0.0
-  return gb
+  return _zero_out_of_range(gb)  # Out of range (j + r ≥ n): zero.
 
 
-class _BandIndex:
-  """Where the entries of a dense block G[lo:lo+h, c0:c0+w] sit in the flattened band of G
-  (gb[r, j] = G[j + r, j] at r·n + j): computed once per block shape and offset, reused by every
-  block and evaluation (fancy indexing in place of a Python loop over diagonals)."""
+def _column_block(rows: int, width: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+  """A zeroed (rows × width) column-major block G[lo:lo+rows, lo:lo+width] (its first row and
+  column the same round) and a (depth × width) view of its band: view[r, q] = block[q + r, q].
 
-  def __init__(self, n: int, depth: int):
-    self.n, self.depth = n, depth
-    self._cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
-
-  def _positions(self, h: int, w: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
-    key = (h, w, offset)  # offset = first row - first column
-    if key not in self._cache:
-      lag = np.arange(h)[:, None] - np.arange(w)[None, :] + offset
-      inside = (lag >= 0) & (lag < self.depth)
-      pos = np.flatnonzero(inside)
-      cols = np.broadcast_to(np.arange(w)[None, :], lag.shape)
-      self._cache[key] = (pos, lag[inside] * self.n + cols[inside])
-    return self._cache[key]
-
-  def gather(self, gb: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
-    """Dense G[rows, cols] from its band."""
-    h, w = rows.stop - rows.start, cols.stop - cols.start
-    pos, base = self._positions(h, w, rows.start - cols.start)
-    out = np.zeros(h * w)
-    out[pos] = gb.ravel()[base + cols.start]
-    return out.reshape(h, w)
-
-  def add(self, gbar: np.ndarray, block: np.ndarray, rows: slice, cols: slice) -> None:
-    """gbar's band += block's entries on G's band (each band entry once per block)."""
-    h, w = rows.stop - rows.start, cols.stop - cols.start
-    pos, base = self._positions(h, w, rows.start - cols.start)
-    gbar.ravel()[base + cols.start] += np.ravel(block)[pos]
+  Why not fancy indexing: in column-major order the band of column q is the contiguous run that
+  starts at q·(rows + 1), so the view is one stride pattern and moving a column block's band in or
+  out is one strided copy (0.12 ms at s = 343), where gathering each s×s block through an index
+  array cost 0.4-0.6 ms and a copy to column-major order, four times per block. Band entries
+  below the block (q + r ≥ rows, i.e. rounds ≥ n in the last blocks) fall on the block's strictly
+  upper triangle or on the padding after it: callers keep them zero (`difference_band`), and
+  read back garbage there, which they zero."""
+  flat = np.zeros(rows * width + depth)
+  block = flat[: rows * width].reshape((rows, width), order="F")
+  band = as_strided(flat, shape=(depth, width), strides=(flat.itemsize, (rows + 1) * flat.itemsize))
+  return block, band
 
 
-@functools.lru_cache(maxsize=4)
-def _band_index(n: int, depth: int) -> _BandIndex:
-  return _BandIndex(n, depth)  # One optimizer evaluates the same shapes hundreds of times.
+def _zero_out_of_range(band: np.ndarray) -> np.ndarray:
+  """band[r, j] = 0 where j + r ≥ n (no such entry of G); in place."""
+  n = band.shape[1]
+  for r in range(1, band.shape[0]):
+    band[r, max(n - r, 0) :] = 0.0
+  return band
 
 
 def _tri(a: np.ndarray, b: np.ndarray, lower: bool, trans: bool = False, right: bool = False):
@@ -100,6 +85,13 @@ def _tri(a: np.ndarray, b: np.ndarray, lower: bool, trans: bool = False, right: 
     op = a.T if trans else a
     return np.asfortranarray(b @ op if right else op @ b)
   return blas.dtrmm(1.0, a, b, side=int(right), lower=int(lower), trans_a=int(trans))
+
+
+def _solve(l: np.ndarray, b: np.ndarray, trans: bool = False, right: bool = False) -> np.ndarray:
+  """op(l)⁻¹ b (or b op(l)⁻¹ when `right`) for lower-triangular l: BLAS dtrsm, the cost of a
+  triangular product. K_i = L_i⁻¹ is only ever applied, so it is never formed (dtrtri would add
+  s³/3 per block, 5% of an evaluation at n = 2052, b̂ = 342)."""
+  return blas.dtrsm(1.0, l, b, side=int(right), lower=1, trans_a=int(trans))
 
 
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -146,71 +138,77 @@ class PrefixError:
     if workload not in ("prefix", "identity"):
       raise ValueError(f"workload must be 'prefix' or 'identity', got {workload!r}")
     self.difference = workload == "prefix"
-    self.gb = difference_band(c) if self.difference else c
-    self.index = _band_index(n, self.gb.shape[0])
+    # Band entries beyond round n would land inside the blocks (`_column_block`): zero them.
+    self.gb = difference_band(c) if self.difference else _zero_out_of_range(c.copy())
+    depth = self.gb.shape[0]
     s = block_size(bands, n)
     self.edges = list(range(0, n, s)) + [n]
-    self.k, self.w, self.u = [], [], []
+    self.l, self.w, self.u = [], [], []  # L_i, W_i, U_i
     row_sq = np.empty(n)
-    prev = None
+    prev = u = None
     for i, (lo, hi) in enumerate(zip(self.edges[:-1], self.edges[1:])):
-      diagonal = np.asfortranarray(self.index.gather(self.gb, slice(lo, hi), slice(lo, hi)))
-      k, info = lapack.dtrtri(diagonal, lower=1, overwrite_c=1)
-      if info != 0:
+      # Column block i of G holds L_i (its rows lo..hi) and U_{i+1} (the next block's rows).
+      block, band = _column_block(self._block_end(i) - lo, hi - lo, depth)
+      np.copyto(band, self.gb[:, lo:hi])
+      diagonal = np.asfortranarray(block[: hi - lo])  # L_i; its strictly upper part is not read
+      if not np.all(np.diagonal(diagonal)):
         raise ValueError("banded C is singular")
       if i == 0:
-        u, p = None, np.eye(hi - lo, order="F")
-      else:
-        u = np.asfortranarray(
-          self.index.gather(self.gb, slice(lo, hi), slice(self.edges[i - 1], lo))
-        )  # strictly upper triangular
+        p = np.eye(hi - lo, order="F")
+      else:  # u = U_i, strictly upper triangular, from column block i - 1
         p = _tri(u, _tri(u, prev, lower=False), lower=False, trans=True, right=True)
         p[np.diag_indices_from(p)] += 1.0
-      w = _symmetric(_tri(k, _tri(k, p, lower=True), lower=True, trans=True, right=True))
+      w = _symmetric(_solve(diagonal, _solve(diagonal, p), trans=True, right=True))  # K P Kᵀ
       if keep:
-        self.k.append(k)
+        self.l.append(diagonal)
         self.u.append(u)
         self.w.append(w)
       row_sq[lo:hi] = np.diagonal(w)
       prev = w
+      u = np.asfortranarray(block[hi - lo :])  # U_{i+1} (empty after the last block)
     self.row_sq = row_sq
+
+  def _block_end(self, i: int) -> int:
+    """The last row (exclusive) of column block i: the end of block row i + 1, or n."""
+    return self.edges[min(i + 2, len(self.edges) - 1)]
 
   def gradient(self, weights: Optional[np.ndarray] = None) -> np.ndarray:
     """∂(Σ_i w_i r_i)/∂C on C's band, as a (bands × n) array (w = 1 when None)."""
-    if len(self.k) != len(self.edges) - 1:
+    if len(self.l) != len(self.edges) - 1:
       raise ValueError("PrefixError(keep=False) has no gradient")
     n = self.n
+    depth = self.gb.shape[0]
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
-    gbar = np.zeros_like(self.gb)
-    carry = None
-    for i in range(len(self.k) - 1, -1, -1):
+    gbar = np.empty_like(self.gb)  # every column is written once, by its column block
+    carry = ubar = None
+    for i in range(len(self.l) - 1, -1, -1):
       lo, hi = self.edges[i], self.edges[i + 1]
       wbar = np.zeros((hi - lo, hi - lo), order="F") if carry is None else carry
       wbar[np.diag_indices_from(wbar)] += w[lo:hi]
-      k = self.k[i]
-      kt_wbar = _tri(k, wbar, lower=True, trans=True)  # Kᵀ W̄, shared by L̄ and P̄
-      # G's band in block (i, i) is within the lower triangle, in block (i, i-1) within the
-      # strictly upper one (s ≥ b̂ + 1): only those parts of L̄ and Ū are computed.
-      self.index.add(gbar, -2.0 * _lower_product(kt_wbar, self.w[i]), slice(lo, hi), slice(lo, hi))
+      kt_wbar = _solve(self.l[i], wbar, trans=True)  # Kᵀ W̄, shared by L̄ and P̄
+      # Column block i of Ḡ: L̄_i above Ū_{i+1} (from the step before). G's band in block (i, i)
+      # is within the lower triangle, in block (i+1, i) within the strictly upper one
+      # (s ≥ b̂ + 1): only those parts of L̄ and Ū are computed.
+      block, band = _column_block(self._block_end(i) - lo, hi - lo, depth)
+      block[: hi - lo] = _lower_product(kt_wbar, self.w[i])
+      block[: hi - lo] *= -2.0
+      if ubar is not None:
+        block[hi - lo :] = ubar
+      np.copyto(gbar[:, lo:hi], band)
       if i > 0:
-        pbar = _tri(k, kt_wbar, lower=True, right=True)
+        pbar = _solve(self.l[i], kt_wbar, right=True)  # Kᵀ W̄ K
         u = self.u[i]
         pu = _tri(u, pbar, lower=False, right=True)
-        self.index.add(
-          gbar,
-          2.0 * _lower_product(pu, self.w[i - 1], upper=True),
-          slice(lo, hi),
-          slice(self.edges[i - 1], lo),
-        )
+        ubar = _lower_product(pu, self.w[i - 1], upper=True)
+        ubar *= 2.0
         carry = _symmetric(_tri(u, pu, lower=False, trans=True))
+    _zero_out_of_range(gbar)
     if not self.difference:
       return gbar
     # G[i, j] = C[i, j] - C[i, j+1]: C[j+r, j] enters gb[r, j] (+1) and gb[r+1, j-1] (-1).
     grad = gbar[: self.bands].copy()
     grad[:, 1:] -= gbar[1:, : n - 1]
-    for r in range(1, self.bands):
-      grad[r, max(n - r, 0) :] = 0.0
-    return grad
+    return _zero_out_of_range(grad)
 
 
 def row_sq_norms(c: np.ndarray) -> np.ndarray:
@@ -220,11 +218,12 @@ def row_sq_norms(c: np.ndarray) -> np.ndarray:
 
 def pass_cost(n: int, bands: int, gradient: bool) -> tuple[float, float]:
   """(multiply-adds, peak float64 count) of the forward pass, and of the reverse pass if
-  `gradient` (forward: dtrtri s³/3 and four triangular products s³/2 per block; reverse: four
-  triangular products and two products of which a triangle is computed, 3/4 of a full one)."""
+  `gradient` (forward: four triangular products or solves, s³/2 each, per block; reverse: four
+  triangular products or solves and two products of which a triangle is computed, 3/4 of a full
+  one)."""
   s = block_size(bands, n)
   blocks = math.ceil(n / s)
   band = (bands + 2.0) * n  # theta and G's band
   if gradient:
-    return blocks * (2.4 + 3.5) * s**3, band * 2.0 + 2.0 * n * s + 6.0 * s * s
-  return blocks * 2.4 * s**3, band + 6.0 * s * s
+    return blocks * (2.0 + 3.5) * s**3, band * 2.0 + 2.0 * n * s + 6.0 * s * s
+  return blocks * 2.0 * s**3, band + 6.0 * s * s

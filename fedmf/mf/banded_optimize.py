@@ -19,8 +19,8 @@ and shrinks the step, since scipy's L-BFGS-B has been seen to stop early when fe
   F = A C⁻¹, masked to the band and pulled back through the normalization
   (`banded_matrix.loss_sq_and_grad`). For the prefix sum one evaluation is the block recursion of
   `fedmf.mf.banded_blocks` and its hand-derived reverse pass: O(n·b̂²) in BLAS-3 (n = 2052,
-  b̂ = 342: ~1.7·10⁹ multiply-adds, 0.25–0.35 s of CPU on this machine, against 0.85–0.97 s for
-  the dense triangular inverse and products it replaced), memory O(n·b̂), not the O(n² b̂) tape of
+  b̂ = 342: ~1.3·10⁹ multiply-adds, 0.23 s of CPU on one core of this machine, against 0.85–0.97 s
+  for the dense triangular inverse and products it replaced), memory O(n·b̂), not the O(n² b̂) tape of
   reverse-mode autodiff. Other workloads take the dense O(n³) route.
 - 'x', the "X route" (BandMF Problem 2 / Eq. 6): minimize the convex tr(AᵀA X⁻¹) over symmetric X with
   diag(X) = 1 and X_ij = 0 for |i-j| ≥ b̂; the gradient is -X⁻¹AᵀAX⁻¹ masked to the band, and a
@@ -38,8 +38,8 @@ scaling of its initial Hessian does). Large ones (n ≥ 1024, b̂ ≥ 128) take 
 (`coarse_start_theta`, the multilevel idea of nested iteration): the optimum at half n and half b̂,
 whose iterations cost ~1/8, interpolated to (n, b̂). What the Toeplitz starts lack is the edges
 (the first and the truncated last columns), which the coarse optimum has; at n = 2052, b̂ = 342 the
-fine level then stops after 108-110 iterations instead of 133-135, at the same loss (RmsLoss
-8.59517), and the whole run takes ~6% less CPU (the coarse levels cost ~4 CPU-s).
+fine level then stops after 108-111 iterations instead of 133-136, at the same loss (RmsLoss
+8.59517-8.59518), and the whole run takes ~5-9% less CPU (the coarse levels cost ~3-4 CPU-s).
 
 Stopping: when the loss fell by less than `rtol` = 1e-6 (relative) over the last 5 iterations. At
 n = 2052, b̂ = 342 that is about iteration 140, ‖A C⁻¹‖²_F = 25265.91 (RmsLoss 8.59517), 3e-6 above
@@ -63,6 +63,14 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import banded_matrix
 from fedmf.mf import lbfgs
 from fedmf.mf import workloads as workloads_lib
+
+
+# L-BFGS history length. Each iteration streams the 2·memory history vectors twice
+# (`lbfgs.CompactHistory`), which at n = 2052, b̂ = 342 is memory-bound (56 MB per 10 vectors):
+# 5 pairs took 111 iterations to the stopping rule against 108 with 10, and 35.6 against 37.1 s
+# (7 pairs: 108 iterations, 37.1 s; 15: 108, 39.6 s), at RmsLoss 8.595177 against 8.595174
+# (measured on one quiet core, docs/benchmarks.md).
+LBFGS_MEMORY = 5
 
 
 def sqrt_toeplitz_coefs(bands: int) -> np.ndarray:
@@ -147,7 +155,7 @@ def optimize_bandmf(
   init: np.ndarray | None = None,
   method: str = 'theta',
   rtol: float = 1e-6,
-  memory: int = 10,
+  memory: int = LBFGS_MEMORY,
   route: str = 'auto',
   start: str = 'auto',
 ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -256,23 +264,25 @@ def optimize_bandmf(
       x_low[mask] = result.x
       theta = banded_matrix.reverse_cholesky_banded(x_low)
     elif method == 'theta':
-      mask = _in_range_mask(bands, n)
+      # The variable is the whole (bands × n) Θ, flattened: its out-of-range entries (j + r ≥ n)
+      # start at zero and their gradient is zero, so they stay zero, without a boolean gather and
+      # scatter of the band in every evaluation.
+      in_range = _in_range_mask(bands, n)
 
       def make_fun(weights):
         def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-          th = np.zeros((bands, n))
-          th[mask] = x
-          if not np.all(np.sum(th * th, axis=0) > 0):
+          th = x.reshape(bands, n)
+          if not np.all(np.einsum('ij,ij->j', th, th) > 0):
             return math.inf, None
           value, grad, _ = banded_matrix.loss_and_grad_with_row_weights(th, a, weights, route)
-          return value, grad[mask]
+          return value, grad.ravel()
 
         return fun
 
       if objective == 'rms':
         result = _run_lbfgs(
           make_fun(lambda r: (float(np.sum(r)), None)),
-          theta0[mask],
+          np.where(in_range, theta0, 0.0).ravel(),
           max_iter,
           memory,
           rtol,
@@ -282,7 +292,7 @@ def optimize_bandmf(
       else:
         # Smooth continuation for max_i r_i: minimize (Σ r_i^p)^{1/p}, which lies within a factor
         # n^{1/p} of the maximum, for p = 16, 64, 256, 1024, each stage warm-started from the last.
-        x = theta0[mask]
+        x = np.where(in_range, theta0, 0.0).ravel()
         per_stage = max(1, max_iter // len(_MAX_POWERS))
         iterations = evaluations = 0
         for power in _MAX_POWERS:
@@ -306,8 +316,7 @@ def optimize_bandmf(
           iterations += result.iterations
           evaluations += result.evaluations
         result = dataclasses.replace(result, iterations=iterations, evaluations=evaluations)
-      theta = np.zeros((bands, n))
-      theta[mask] = result.x
+      theta = np.where(in_range, result.x.reshape(bands, n), 0.0)
     else:
       raise ValueError(f"method must be 'x' or 'theta', got {method!r}")
 

@@ -6,8 +6,8 @@ one callback, with one result type; each iteration first checks the `--max-secon
 (`fedmf.mf.resources.check_time`: a no-op unless the caller runs it under `time_limit`). Two line searches are offered because the optimizers' outputs
 are pinned bit for bit by their tests and stored strategies:
   * 'backtracking' (BandMF): Armijo backtracking that treats an infinite value (a point outside
-    the domain, e.g. a zero column of C) as "step too long", two-loop recursion (Nocedal & Wright
-    Alg. 7.4), stopping on a relative decrease below `rtol` over 5 iterations;
+    the domain, e.g. a zero column of C) as "step too long", the direction in compact form
+    (`CompactHistory`), stopping on a relative decrease below `rtol` over 5 iterations;
   * 'scipy' (banded Toeplitz, BLT): scipy's L-BFGS-B (Byrd, Lu, Nocedal and Zhu 1995) with its
     `ftol` / `gtol` tests, for smooth objectives defined everywhere.
 """
@@ -19,7 +19,7 @@ import math
 from typing import Any, Callable, Optional
 
 import numpy as np
-from scipy.linalg import blas
+import scipy.linalg
 
 from fedmf.mf import resources
 
@@ -109,21 +109,19 @@ def _backtracking(fun, x0, max_iter, memory, rtol, on_step) -> LbfgsResult:
   evaluations = 1
   if not math.isfinite(f):
     raise ValueError("the starting point of the optimizer is infeasible")
-  s_hist: list[np.ndarray] = []
-  y_hist: list[np.ndarray] = []
+  pairs = CompactHistory(x.size, memory)
   history = [f]
   converged = False
   iteration = 0
   for iteration in range(1, max_iter + 1):
     resources.check_time()  # --max-seconds: iterations are where an optimizer can be stopped.
-    d = _two_loop(g, s_hist, y_hist)
-    if not s_hist:
+    d = pairs.direction(g)
+    if not pairs.count:
       # First step: move the largest coordinate by 0.01 (entries of X and of normalized C are O(1)).
       d *= 0.01 / max(np.max(np.abs(d)), 1e-300)
     slope = float(g @ d)
     if slope >= 0:  # not a descent direction: restart from steepest descent
-      s_hist.clear()
-      y_hist.clear()
+      pairs.clear()
       d = -g * (0.01 / max(np.max(np.abs(g)), 1e-300))
       slope = float(g @ d)
     step = 1.0
@@ -139,15 +137,7 @@ def _backtracking(fun, x0, max_iter, memory, rtol, on_step) -> LbfgsResult:
     if not accepted:
       converged = True  # no further decrease possible at float64 resolution
       break
-    s = x_new - x
-    y = g_new - g
-    sy = float(s @ y)
-    if sy > 1e-12 * float(np.linalg.norm(s) * np.linalg.norm(y)):
-      s_hist.append(s)
-      y_hist.append(y)
-      if len(s_hist) > memory:
-        s_hist.pop(0)
-        y_hist.pop(0)
+    pairs.add(x_new - x, g_new - g)
     x, f, g = x_new, f_new, g_new
     history.append(f)
     if on_step is not None:
@@ -158,24 +148,94 @@ def _backtracking(fun, x0, max_iter, memory, rtol, on_step) -> LbfgsResult:
   return LbfgsResult(x=x, f=f, iterations=iteration, evaluations=evaluations, converged=converged)
 
 
-def _two_loop(g: np.ndarray, s_hist: list[np.ndarray], y_hist: list[np.ndarray]) -> np.ndarray:
-  """L-BFGS two-loop recursion (Nocedal & Wright Alg. 7.4): returns -H g.
+class CompactHistory:
+  """The last `memory` correction pairs (s, y) and the L-BFGS direction -H g in the compact form
+  (Byrd, Nocedal and Schnabel 1994, Eq. 3.1; Nocedal & Wright Eq. 7.24), H₀ = γI with
+  γ = sᵀy/yᵀy of the newest pair:
 
-  The updates of q are BLAS daxpy in place: the recursion streams 4·memory history vectors from
-  memory, and `q -= alpha * y` added a temporary and two more passes over q to each (BandMF at
-  n = 2052, b̂ = 342, 643,473 entries: 40 against 61 ms per call, one thread, load ~6)."""
-  q = np.array(g, dtype=np.float64)  # A contiguous copy: daxpy then updates it in place.
-  alphas = []
-  for s, y in zip(reversed(s_hist), reversed(y_hist)):
-    rho = 1.0 / float(y @ s)
-    alpha = rho * float(s @ q)
-    q = blas.daxpy(y, q, a=-alpha)
-    alphas.append((rho, alpha))
-  if s_hist:
-    s, y = s_hist[-1], y_hist[-1]
-    q *= float(s @ y) / float(y @ y)
-  for (s, y), (rho, alpha) in zip(zip(s_hist, y_hist), reversed(alphas)):
-    beta = rho * float(y @ q)
-    q = blas.daxpy(s, q, a=alpha - beta)
-  q *= -1.0
-  return q
+    H g = γ g + S R⁻ᵀ((D + γ YᵀY) u - γ Yᵀg) - γ Y u,   u = R⁻¹ Sᵀg,
+
+  R the upper triangle of SᵀY (pairs oldest first), D its diagonal. The same direction as the
+  two-loop recursion (Nocedal & Wright Alg. 7.4) in exact arithmetic, in fewer passes over memory:
+  the pairs are rows of two (memory × dim) arrays, the inner products of a new pair with the
+  others are taken in the same matrix product as Sᵀg and Yᵀg, and the direction is one more
+  product, so each iteration streams the history twice where the two-loop streamed it four times,
+  plus q twice per pair (BandMF at n = 2052, b̂ = 342: 643,473-entry vectors, 10 pairs; why:
+  docs/benchmarks.md). A pair is kept only if sᵀy > 1e-12·‖s‖‖y‖ (curvature)."""
+
+  def __init__(self, dim: int, memory: int):
+    self.memory = max(int(memory), 1)
+    self.s = np.zeros((self.memory, dim))
+    self.y = np.zeros((self.memory, dim))
+    self._probe = np.empty((3, dim))  # g, and the newest s and y, as the columns of one product
+    self._sy = np.zeros((self.memory, self.memory))  # [i, j] = s_iᵀ y_j, by slot
+    self._yy = np.zeros((self.memory, self.memory))
+    self.order: list[int] = []  # slots, oldest pair first
+    self._new = False  # the newest pair's inner products are not taken yet
+
+  @property
+  def count(self) -> int:
+    return len(self.order)
+
+  def clear(self) -> None:
+    self.order.clear()
+    self._new = False
+
+  def add(self, s: np.ndarray, y: np.ndarray) -> None:
+    sy = float(s @ y)
+    if not sy > 1e-12 * float(np.linalg.norm(s) * np.linalg.norm(y)):
+      return
+    if self._new:  # Two pairs without a direction between them (not the driver's order).
+      self._inner_products(None)
+    slot = self.order.pop(0) if self.count == self.memory else self.count
+    self.order.append(slot)
+    self.s[slot] = s
+    self.y[slot] = y
+    self._probe[1] = s
+    self._probe[2] = y
+    self._new = True
+
+  def _inner_products(self, g: Optional[np.ndarray]) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """(Sᵀg, Yᵀg) by slot (None without g), taking the newest pair's inner products with every
+    kept pair in the same pass over the history."""
+    c = max(self.order) + 1  # slots 0..c-1 are filled
+    rows = [0] if g is not None else []
+    if g is not None:
+      self._probe[0] = g
+    if self._new:
+      rows += [1, 2]
+    probe = self._probe[rows[0] : rows[-1] + 1]  # contiguous rows: no copy
+    s_probe = self.s[:c] @ probe.T
+    y_probe = self.y[:c] @ probe.T
+    if self._new:
+      slot, at = self.order[-1], rows.index(1)
+      self._sy[slot, :c] = y_probe[:, at]  # s_newᵀ y_j
+      self._sy[:c, slot] = s_probe[:, at + 1]  # s_jᵀ y_new
+      self._yy[slot, :c] = self._yy[:c, slot] = y_probe[:, at + 1]
+      self._new = False
+    return None if g is None else (s_probe[:, 0], y_probe[:, 0])
+
+  def direction(self, g: np.ndarray) -> np.ndarray:
+    """-H g (a new array; g is not changed)."""
+    if not self.order:
+      return -np.asarray(g, dtype=np.float64)
+    c = max(self.order) + 1
+    s_g, y_g = self._inner_products(g)
+    order = np.array(self.order)
+    sy = self._sy[np.ix_(order, order)]
+    yy = self._yy[np.ix_(order, order)]
+    newest = order[-1]
+    gamma = self._sy[newest, newest] / self._yy[newest, newest]
+    r = np.triu(sy)
+    s_g, y_g = s_g[order], y_g[order]
+    u = scipy.linalg.solve_triangular(r, s_g)
+    middle = (np.diag(np.diag(sy)) + gamma * yy) @ u - gamma * y_g
+    top = scipy.linalg.solve_triangular(r, middle, trans="T")
+    s_coef = np.zeros(c)
+    y_coef = np.zeros(c)
+    s_coef[order] = -top
+    y_coef[order] = gamma * u
+    d = s_coef @ self.s[:c]
+    d += y_coef @ self.y[:c]
+    d -= gamma * g
+    return d

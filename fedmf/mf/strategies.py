@@ -151,7 +151,7 @@ def save_strategy(strategy: Strategy, path: Union[str, os.PathLike], **metadata:
 
   path = Path(path)
   try:
-    atomic_files.write_text(path, jsonio.json_text(obj) + "\n")
+    atomic_files.write_text(path, jsonio.json_text(obj, number_rows=True) + "\n")
   except OSError as e:
     raise StrategyError(f"cannot write strategy file {path}: {e.strerror or e}") from None
 
