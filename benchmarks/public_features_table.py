@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 METHODS = ("am-ssp", "dp-als", "dp-cmf", "am-dpsgd", "dp-bias")
-FLOORS = {"outer_steps": 1.0}  # values no grid can go below: not an edge to widen
+FLOORS = {"outer_steps": 1.0, "dim": 1.0}  # values no grid can go below: not an edge to widen
 
 
 def command(args, method: str, epsilon: str) -> list[str]:

@@ -35,6 +35,10 @@ GRIDS: dict[str, dict[str, tuple]] = {
     "clip_user": (0.0625, 0.25, 1.0),
     "outer_steps": (1, 2, 3),
     "reg_noise": (0.1, 1.0, 10.0),
+    # The embedding's width d (8 before): each item's statistics have O(d²) noisy entries. A probe
+    # on MovieLens-100K at ε = 5 (3 seeds, the point tuned at d = 8) found validation RMSE 1.018,
+    # 0.984, 0.994 and 0.995 at d = 1, 2, 4 and 8. 16 is left out for time (8 is the edge).
+    "dim": (1, 2, 4, 8),
   },
   "dp-als": {
     "clip_user": (0.0625, 0.25, 1.0, 4.0),

@@ -176,7 +176,8 @@ def test_every_grid_axis_has_room_around_what_movielens_100k_chose():
   from fedmf.public_features import tuning
 
   earlier_choices = {  # method: {axis: values chosen at some finite ε}
-    "am-ssp": {"clip_user": {0.25}, "outer_steps": {2}, "reg_noise": {1.0}},
+    # dim: 2, the best of a probe at ε = 5 (tuning.GRIDS).
+    "am-ssp": {"clip_user": {0.25}, "outer_steps": {2}, "reg_noise": {1.0}, "dim": {2}},
     "dp-als": {"clip_user": {0.25, 1.0}, "outer_steps": {2}, "reg_noise": {10.0}},
     "dp-cmf": {"cmf_weight": {10.0, 100.0}, "outer_steps": {2}, "reg_noise": {10.0}},
     "dp-bias": {"reg_item": {1.0}, "outer_steps": {2}, "reg_noise": {1.0, 10.0}},
