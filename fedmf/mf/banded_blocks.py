@@ -58,15 +58,18 @@ def _column_block(rows: int, width: int, depth: int) -> tuple[np.ndarray, np.nda
   column the same round) and a (depth × width) view of its band: view[r, q] = block[q + r, q].
 
   Why not fancy indexing: in column-major order the band of column q is the contiguous run that
-  starts at q·(rows + 1), so the view is one stride pattern and moving a column block's band in or
-  out is one strided copy (0.12 ms at s = 343), where gathering each s×s block through an index
-  array cost 0.4-0.6 ms and a copy to column-major order, four times per block. Band entries
-  below the block (q + r ≥ rows, i.e. rounds ≥ n in the last blocks) fall on the block's strictly
-  upper triangle or on the padding after it: callers keep them zero (`difference_band`), and
-  read back garbage there, which they zero."""
-  flat = np.zeros(rows * width + depth)
-  block = flat[: rows * width].reshape((rows, width), order="F")
-  band = as_strided(flat, shape=(depth, width), strides=(flat.itemsize, (rows + 1) * flat.itemsize))
+  starts at q·(ld + 1) (ld the leading dimension), so the view is one stride pattern and moving a
+  column block's band in or out is one strided copy (0.12 ms at s = 343), where gathering each
+  s×s block through an index array cost 0.4-0.6 ms and a copy to column-major order, four times
+  per block. ld = max(rows, depth - 1): no two band entries share memory (a short last block
+  under a deeper band would otherwise alias them, and which write survived would depend on
+  numpy's copy order). Band entries below the block (q + r ≥ rows: rounds ≥ n in the last
+  blocks) fall on the rows below it, the block's strictly upper triangle or the padding after
+  it: callers keep them zero (`difference_band`), and zero what they read back there."""
+  ld = max(rows, depth - 1)
+  flat = np.zeros(ld * width + depth)
+  block = flat[: ld * width].reshape((ld, width), order="F")[:rows]
+  band = as_strided(flat, shape=(depth, width), strides=(flat.itemsize, (ld + 1) * flat.itemsize))
   return block, band
 
 

@@ -169,3 +169,19 @@ def test_a_near_singular_trial_point_has_an_infinite_loss_and_no_warning():
     warnings.simplefilter("error")
     value, grad = banded_matrix.loss_sq_and_grad(theta)
   assert value == np.inf and not np.any(grad)
+
+
+@pytest.mark.parametrize(
+  "rows,width,depth", [(343, 343, 343), (686, 343, 343), (2, 2, 8), (5, 3, 9)]
+)
+def test_a_column_blocks_band_view_reaches_each_entry_once(rows, width, depth):
+  """The band view of `_column_block` maps (r, q) to block[q + r, q] inside the block and to
+  distinct memory everywhere, also when the band is deeper than a short last block."""
+  block, band = banded_blocks._column_block(rows, width, depth)
+  values = np.arange(1.0, depth * width + 1).reshape(depth, width)
+  np.copyto(band, values)
+  for q in range(width):
+    for r in range(depth):
+      if q + r < rows:
+        assert block[q + r, q] == values[r, q]
+  np.testing.assert_array_equal(band, values)  # no entry overwrote another
