@@ -50,7 +50,7 @@ def difference_band(c: np.ndarray) -> np.ndarray:
   gb = np.zeros((bands + 1, n))
   gb[:bands] = c
   gb[1:, : n - 1] -= c[:, 1:]
-  return _zero_out_of_range(gb)  # Out of range (j + r ≥ n): zero.
+  return zero_out_of_range(gb)  # Out of range (j + r ≥ n): zero.
 
 
 def _column_block(rows: int, width: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,8 +73,8 @@ def _column_block(rows: int, width: int, depth: int) -> tuple[np.ndarray, np.nda
   return block, band
 
 
-def _zero_out_of_range(band: np.ndarray) -> np.ndarray:
-  """band[r, j] = 0 where j + r ≥ n (no such entry of G); in place."""
+def zero_out_of_range(band: np.ndarray) -> np.ndarray:
+  """band[r, j] = 0 where j + r ≥ n (no such entry of C or G: past round n); in place."""
   n = band.shape[1]
   for r in range(1, band.shape[0]):
     band[r, max(n - r, 0) :] = 0.0
@@ -142,7 +142,7 @@ class PrefixError:
       raise ValueError(f"workload must be 'prefix' or 'identity', got {workload!r}")
     self.difference = workload == "prefix"
     # Band entries beyond round n would land inside the blocks (`_column_block`): zero them.
-    self.gb = difference_band(c) if self.difference else _zero_out_of_range(c.copy())
+    self.gb = difference_band(c) if self.difference else zero_out_of_range(c.copy())
     depth = self.gb.shape[0]
     s = block_size(bands, n)
     self.edges = list(range(0, n, s)) + [n]
@@ -205,13 +205,14 @@ class PrefixError:
         ubar = _lower_product(pu, self.w[i - 1], upper=True)
         ubar *= 2.0
         carry = _symmetric(_tri(u, pu, lower=False, trans=True))
-    _zero_out_of_range(gbar)
+    zero_out_of_range(gbar)
     if not self.difference:
       return gbar
     # G[i, j] = C[i, j] - C[i, j+1]: C[j+r, j] enters gb[r, j] (+1) and gb[r+1, j-1] (-1).
+    # Out of range (j + r ≥ n) both terms are zero already, so grad is too.
     grad = gbar[: self.bands].copy()
     grad[:, 1:] -= gbar[1:, : n - 1]
-    return _zero_out_of_range(grad)
+    return grad
 
 
 def row_sq_norms(c: np.ndarray) -> np.ndarray:

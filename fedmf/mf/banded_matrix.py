@@ -74,7 +74,7 @@ def columns_to_theta(columns: ColumnsLike, n: int | None = None) -> np.ndarray:
       theta[: len(c), j] = c
   if bands < 1:
     raise ValueError('columns must have at least one entry (the diagonal)')
-  return _zero_out_of_range(theta)
+  return banded_blocks.zero_out_of_range(theta)
 
 
 def theta_to_columns(theta: np.ndarray) -> list[np.ndarray]:
@@ -165,9 +165,8 @@ def inverse_row_sq_norms(theta: np.ndarray) -> np.ndarray:
   n = theta.shape[1]
   with np.errstate(all='ignore'):
     try:
-      out = banded_blocks.PrefixError(
-        _zero_out_of_range(theta.copy()), keep=False, workload='identity'
-      ).row_sq
+      # PrefixError zeroes the out-of-range entries of its own copy for this workload.
+      out = banded_blocks.PrefixError(theta, keep=False, workload='identity').row_sq
     except ValueError:  # a zero pivot
       return np.full(n, np.inf)
   return np.where(np.isfinite(out), out, np.inf)
@@ -207,7 +206,7 @@ def decoder_row_sq_norms(theta: np.ndarray, workload: np.ndarray | None = None) 
     # B = A C⁻¹  ⇔  Bᵀ = C⁻ᵀ Aᵀ.
     b_t = scipy.linalg.solve_triangular(c, a.T, trans='T', lower=True, check_finite=False)
     return np.einsum('ij,ij->j', b_t, b_t)
-  return banded_blocks.row_sq_norms(_zero_out_of_range(theta.copy()))
+  return banded_blocks.row_sq_norms(banded_blocks.zero_out_of_range(theta.copy()))
 
 
 def decoder_row_sq_norms_by_rows(theta: np.ndarray) -> np.ndarray:
@@ -314,7 +313,7 @@ def loss_and_grad_with_row_weights(
   """
   if route not in ROUTES:
     raise ValueError(f'route must be one of {ROUTES}, got {route!r}')
-  theta = _zero_out_of_range(np.array(theta, dtype=np.float64))
+  theta = banded_blocks.zero_out_of_range(np.array(theta, dtype=np.float64))
   bands, n = theta.shape
   norms = np.sqrt(np.einsum('ij,ij->j', theta, theta))  # no (bands × n) temporary
   c_theta = theta / norms
@@ -348,7 +347,7 @@ def loss_and_grad_with_row_weights(
     e, e2 = min(s + bands, n), min(s + 2 * bands - 1, n)
     m_blk = f_w[s:, :e] @ c_inv[s:e, :e].T
     _store_band(f[s:, s:e2].T @ m_blk, s, e, e2, g)
-  g = _zero_out_of_range(-2.0 * g)
+  g = banded_blocks.zero_out_of_range(-2.0 * g)
   return value, _normalization_chain_rule(g, c_theta, norms), row_sq
 
 
@@ -415,13 +414,6 @@ def _flip_band(band: np.ndarray) -> np.ndarray:
   for r in range(bands):
     out[r, : n - r] = band[r, : n - r][::-1]
   return out
-
-
-def _zero_out_of_range(theta: np.ndarray) -> np.ndarray:
-  bands, n = theta.shape
-  for r in range(1, bands):
-    theta[r, max(n - r, 0) :] = 0.0
-  return theta
 
 
 # ---------------------------------------------------------------------------------------------

@@ -268,6 +268,7 @@ def optimize_bandmf(
       # start at zero and their gradient is zero, so they stay zero, without a boolean gather and
       # scatter of the band in every evaluation.
       in_range = _in_range_mask(bands, n)
+      x0 = np.where(in_range, theta0, 0.0).ravel()
 
       def make_fun(weights):
         def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
@@ -282,7 +283,7 @@ def optimize_bandmf(
       if objective == 'rms':
         result = _run_lbfgs(
           make_fun(lambda r: (float(np.sum(r)), None)),
-          np.where(in_range, theta0, 0.0).ravel(),
+          x0,
           max_iter,
           memory,
           rtol,
@@ -292,7 +293,7 @@ def optimize_bandmf(
       else:
         # Smooth continuation for max_i r_i: minimize (Σ r_i^p)^{1/p}, which lies within a factor
         # n^{1/p} of the maximum, for p = 16, 64, 256, 1024, each stage warm-started from the last.
-        x = np.where(in_range, theta0, 0.0).ravel()
+        x = x0
         per_stage = max(1, max_iter // len(_MAX_POWERS))
         iterations = evaluations = 0
         for power in _MAX_POWERS:
