@@ -144,6 +144,7 @@ def worker_audit(path: str, rounds: int) -> dict:
     log_statistics,
     participation_log,
   )  # pylint: disable=g-import-not-at-top
+  from fedmf.privacy import gaussian_curve
 
   rss_before = _rss_mb()
   timer = _Timer()
@@ -187,8 +188,8 @@ def worker_audit(path: str, rounds: int) -> dict:
   accounting.pld_gaussian_epsilon = timer.function(
     "accounting: PLD epsilon (incl. import)", accounting.pld_gaussian_epsilon
   )
-  accounting.gaussian_epsilon = timer.function(
-    "accounting: analytic epsilon", accounting.gaussian_epsilon
+  gaussian_curve.gaussian_epsilon = timer.function(
+    "accounting: analytic epsilon", gaussian_curve.gaussian_epsilon
   )
   audit._pld_grid_points = timer.function(
     "accounting: PLD size check (incl. import)", audit._pld_grid_points

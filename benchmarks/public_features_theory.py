@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize
 
-from fedmf.privacy import accounting
+from fedmf.privacy import gaussian_curve
 from fedmf.public_features import statistics
 
 
@@ -64,7 +64,7 @@ def run_one(m, p, d, num_examples, epsilon, steps, reg, seed):
   exact = statistics.sufficient_statistics(u, users, y, items, np.ones(num_examples), m)
   best = minimize_quadratic(x, exact.a, exact.b, reg, p, d)
   base = loss(best, x, items, u, y, reg)
-  mu = accounting.gaussian_mu_for_epsilon(epsilon, 1e-5)
+  mu = gaussian_curve.gaussian_mu_for_epsilon(epsilon, 1e-5)
   # SSP2: two Gaussian releases with sensitivities Γ_u² = 1 and Γ_u Γ_y = 1.
   noisy = statistics.add_noise(
     exact, statistics.sample_noise(m, d, rng), np.sqrt(2.0) / mu, 1.0, 1.0, 1.0

@@ -9,7 +9,7 @@ docs/architecture.md; the mechanisms' Accounting section). Hence
 * (ε, δ)-DP from the exact Gaussian curve (Balle & Wang 2018, Thm. 8), with μ = s/σ:
   δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2),
   which is what dp_accounting's PLD accountant computes (up to its pessimistic discretization) for
-  one `GaussianDpEvent(σ/s)`.
+  one `GaussianDpEvent(σ/s)`. The curve and its inverses are `fedmf.privacy.gaussian_curve`.
 
 The accountant is one typed choice (`Accountant`), with one default per use: a claim (one Gaussian
 mechanism) is accounted by its exact analytic curve (`CLAIM_ACCOUNTANT`), dp_accounting's PLD
@@ -18,7 +18,7 @@ closed curve and is accounted by PLD (`AMPLIFIED_ACCOUNTANT`).
 
 Calibration: every σ search is one bracket-and-root routine, `calibrate_sigma(epsilon_of, ...)`,
 for any decreasing ε(σ). A claim's σ first inverts the exact curve (a 1-D root in μ, exact to
-1e-12: `gaussian_mu_for_epsilon`), which is already the answer for the analytic accountant; the
+1e-12: `gaussian_curve.gaussian_mu_for_epsilon`), which is already the answer for the analytic accountant; the
 pessimistic PLD is then brought to the target by `calibrate_sigma` from there.
 
 Every sensitivity is unsquared; `min_sep` is the gap b (|i-j| ≥ b), never b - 1.
@@ -31,7 +31,6 @@ import math
 from typing import Any, Callable, Literal, Optional
 
 import numpy as np
-from scipy import special
 
 from fedmf.errors import FedmfUserError
 from fedmf.mf import resources
@@ -39,6 +38,7 @@ from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import adaptive_clip
 from fedmf.privacy import events
 from fedmf.privacy.events import validate_noise_multiplier
+from fedmf.privacy import gaussian_curve
 
 # Default PLD discretization (dp_accounting's own default). PLD ε is a pessimistic (upper) estimate.
 PLD_VALUE_DISCRETIZATION = 1e-4
@@ -125,130 +125,6 @@ class GaussianAccounting:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Validation (one-line user errors).
-
-
-def validate_delta(delta: float) -> float:
-  delta = float(delta)
-  if not (math.isfinite(delta) and 0.0 < delta < 1.0):
-    raise FedmfUserError(f"delta must be in (0, 1), got {delta!r}")
-  return delta
-
-
-def validate_epsilon(epsilon: float) -> float:
-  eps = float(epsilon)
-  if not (math.isfinite(eps) and eps > 0.0):
-    raise FedmfUserError(f"target epsilon must be a finite number > 0, got {epsilon!r}")
-  return eps
-
-
-# ---------------------------------------------------------------------------------------------------
-# The analytic Gaussian curve (Balle & Wang 2018, Thm. 8; docs/mechanisms.md, Accounting).
-
-
-def rho_zcdp(sensitivity: float | np.ndarray, noise_multiplier: float) -> float | np.ndarray:
-  """ρ = s² / (2σ²) (Bun & Steinke 2016, Prop. 1.6)."""
-  # In numpy floats: a σ² that overflows gives ρ = 0 (its true value underflows) instead of an
-  # OverflowError; otherwise the same operations as in Python floats.
-  with np.errstate(over="ignore", under="ignore"):
-    return np.square(sensitivity) / (2.0 * np.float64(noise_multiplier) ** 2)
-
-
-def _log_gaussian_delta(epsilon: np.ndarray, mu: np.ndarray) -> np.ndarray:
-  """log δ(ε) for the Gaussian mechanism with μ = s/σ > 0, stable for tiny δ and large ε.
-
-  δ = Φ(a) - e^ε Φ(b), a = -ε/μ + μ/2, b = -ε/μ - μ/2, so
-  log δ = log Φ(a) + log(1 - exp(ε + log Φ(b) - log Φ(a))), and the exponent is < 0.
-  """
-  epsilon = np.asarray(epsilon, dtype=np.float64)
-  mu = np.asarray(mu, dtype=np.float64)
-  # Far in the tails (ε/μ beyond ~1e154, e.g. the bracket search at μ = 1e-300) both log Φ are
-  # -inf and x is NaN, which compares False and leaves the bisection's bracket as it is.
-  with np.errstate(over="ignore", invalid="ignore"):
-    a = -epsilon / mu + mu / 2.0
-    b = -epsilon / mu - mu / 2.0
-    log_pa = special.log_ndtr(a)
-    x = epsilon + special.log_ndtr(b) - log_pa
-  x = np.minimum(x, -1e-300)  # Guard rounding; mathematically x < 0.
-  # log(1 - e^x): log(-expm1(x)) near 0, log1p(-exp(x)) for very negative x (Mächler 2012).
-  with np.errstate(divide="ignore", invalid="ignore"):
-    log1mexp = np.where(x > -math.log(2.0), np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
-  return log_pa + log1mexp
-
-
-def gaussian_delta(epsilon: float | np.ndarray, mu: float | np.ndarray) -> float | np.ndarray:
-  """δ(ε) of the Gaussian mechanism with μ = sensitivity / noise multiplier (exact)."""
-  out = np.exp(_log_gaussian_delta(epsilon, mu))
-  return float(out) if np.ndim(out) == 0 else out
-
-
-def gaussian_epsilon(mu: float | np.ndarray, delta: float) -> float | np.ndarray:
-  """The smallest ε with δ(ε) ≤ delta for the Gaussian mechanism with μ = s/σ (vectorized, exact).
-
-  Vectorized bisection in float64 on the monotone curve δ(ε), bracketed by 0 and the zCDP
-  conversion ε ≤ ρ + 2√(ρ log(1/δ)) (Bun & Steinke 2016, Prop. 1.3). μ = 0 gives ε = 0.
-  """
-  delta = validate_delta(delta)
-  mu_arr = np.atleast_1d(np.asarray(mu, dtype=np.float64))
-  if np.any(~np.isfinite(mu_arr)) or np.any(mu_arr < 0):
-    raise ValueError("mu must be finite and >= 0")
-  eps = np.zeros_like(mu_arr)
-  log_delta = math.log(delta)
-  pos = mu_arr > 0
-  if np.any(pos):
-    m = mu_arr[pos]
-    # δ(0) = Φ(μ/2) - Φ(-μ/2); if already ≤ δ then ε = 0.
-    need = _log_gaussian_delta(np.zeros_like(m), m) > log_delta
-    lo = np.zeros_like(m)
-    rho = m * m / 2.0
-    hi = rho + 2.0 * np.sqrt(rho * math.log(1.0 / delta)) + 1e-12
-    # Safety: widen hi until δ(hi) ≤ δ (never triggers in theory).
-    for _ in range(60):
-      bad = need & (_log_gaussian_delta(hi, m) > log_delta)
-      if not np.any(bad):
-        break
-      hi = np.where(bad, 2.0 * hi + 1.0, hi)
-    for _ in range(200):
-      mid = 0.5 * (lo + hi)
-      above = _log_gaussian_delta(mid, m) > log_delta
-      lo = np.where(above, mid, lo)
-      hi = np.where(above, hi, mid)
-      if np.all(hi - lo <= 4 * np.finfo(np.float64).eps * np.maximum(hi, 1e-300)):
-        break
-    eps[pos] = np.where(need, hi, 0.0)
-  return float(eps[0]) if np.ndim(mu) == 0 else eps
-
-
-def gaussian_mu_for_epsilon(epsilon: float, delta: float) -> float:
-  """The largest μ = s/σ whose Gaussian mechanism is (ε, δ)-DP (bisection on log μ)."""
-  epsilon = validate_epsilon(epsilon)
-  delta = validate_delta(delta)
-  log_delta = math.log(delta)
-
-  def too_big(mu: float) -> bool:
-    return float(_log_gaussian_delta(np.float64(epsilon), np.float64(mu))) > log_delta
-
-  lo, hi = 1e-12, 1.0
-  while not too_big(hi):
-    lo, hi = hi, hi * 2.0
-    if hi > 1e12:
-      raise FedmfUserError(f"target epsilon {epsilon} is too large to calibrate")
-  while too_big(lo):
-    lo /= 2.0
-    if lo < 1e-300:
-      raise FedmfUserError(f"target epsilon {epsilon} is too small to calibrate")
-  for _ in range(200):
-    mid = math.sqrt(lo * hi)
-    if too_big(mid):
-      hi = mid
-    else:
-      lo = mid
-    if hi / lo - 1.0 < 1e-14:
-      break
-  return lo  # Conservative side: δ(ε; lo) ≤ δ.
-
-
-# ---------------------------------------------------------------------------------------------------
 # dp_accounting PLD (imported lazily: dp_accounting pulls in a few heavy modules).
 
 
@@ -258,7 +134,7 @@ def pld_epsilon(
   """ε at δ of a dp_accounting DpEvent via the PLD accountant (pessimistic estimate)."""
   from dp_accounting.pld import pld_privacy_accountant  # pylint: disable=g-import-not-at-top
 
-  delta = validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   resources.check_time()  # --max-seconds: a calibration evaluates ε many times.
   accountant = pld_privacy_accountant.PLDAccountant(
     value_discretization_interval=value_discretization_interval
@@ -314,7 +190,7 @@ def gaussian_epsilon_with(mu: float, delta: float, accountant: Accountant) -> fl
       )
     return epsilon
   if accountant == "analytic":
-    return float(gaussian_epsilon(mu, delta))
+    return float(gaussian_curve.gaussian_epsilon(mu, delta))
   raise FedmfUserError(f"accountant must be one of {_ACCOUNTANTS}, got {accountant!r}")
 
 
@@ -344,14 +220,14 @@ def account_sensitivity(
   clipping's `count_releases` count releases of noise multiplier `count_noise_multiplier` (when
   given): one Gaussian mechanism with μ² = (s/σ)² + k/z_b² (`fedmf.privacy.adaptive_clip`)."""
   sigma = validate_noise_multiplier(noise_multiplier)
-  delta = validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   s = float(sensitivity)
   if not (math.isfinite(s) and s >= 0):
     raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
   with np.errstate(over="ignore"):
     mu = float(np.float64(s) / np.float64(sigma))
   _check_mu(mu, f"noise multiplier {sigma:g} is too small for sensitivity {s:.6g}")
-  rho = float(rho_zcdp(s, sigma))
+  rho = float(gaussian_curve.rho_zcdp(s, sigma))
   releases = int(count_releases) if count_noise_multiplier is not None else 0
   if count_noise_multiplier is not None:
     z = float(count_noise_multiplier)
@@ -423,7 +299,7 @@ def account(
       (the schema's effective k) is in k count releases, composed with the matrix mechanism.
   """
   sigma = validate_noise_multiplier(noise_multiplier)
-  delta = validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
   return account_estimate(
     sens, sigma, delta, accountant, count_noise_multiplier, schema.effective_max_participations
@@ -455,7 +331,7 @@ def calibrate_sigma(
   (each a PLD grid of seconds at large μ); and its bracket search starts by evaluating the lower
   endpoint, where PLD at a tiny σ needs huge memory.
   """
-  target = validate_epsilon(target_epsilon)
+  target = gaussian_curve.validate_epsilon(target_epsilon)
   log_target = math.log(target)
   log_step = math.log(step)
 
@@ -580,11 +456,11 @@ def calibrate_noise_multiplier(
   leaves the target's μ² minus the counts' k/z_b², or (1 − f) of it; the returned accounting holds
   the z_b used.
   """
-  target_epsilon = validate_epsilon(target_epsilon)
-  delta = validate_delta(delta)
+  target_epsilon = gaussian_curve.validate_epsilon(target_epsilon)
+  delta = gaussian_curve.validate_delta(delta)
   sens = strategy_sensitivity(strategy, schema, method)
   releases = schema.effective_max_participations
-  mu = gaussian_mu_for_epsilon(target_epsilon, delta)
+  mu = gaussian_curve.gaussian_mu_for_epsilon(target_epsilon, delta)
   _check_mu(mu, f"target epsilon {target_epsilon:g} is too large to calibrate")
   accounting_of = adaptive_epsilon_function(
     sens, delta, accountant, releases, count_noise_multiplier, count_budget_fraction
@@ -654,7 +530,7 @@ def dpsgd_epsilon(
   if sampling_probability is None or float(sampling_probability) == 1.0:
     if isinstance(steps, bool) or int(steps) != steps or steps < 1:
       raise FedmfUserError(f"steps must be an integer >= 1, got {steps!r}")
-    return float(gaussian_epsilon(math.sqrt(steps) / sigma, delta))
+    return float(gaussian_curve.gaussian_epsilon(math.sqrt(steps) / sigma, delta))
   return pld_epsilon(events.dpsgd_event(sigma, steps, sampling_probability), delta)
 
 
@@ -672,7 +548,7 @@ def calibrate_event_noise(
   or down to `min_noise` (PLD at a tiny σ needs huge memory); if even `min_noise` reaches the
   target, the least σ tried that reaches it is returned, which is conservative.
   """
-  delta = validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   return calibrate_sigma(
     lambda sigma: pld_epsilon(make_event(sigma), delta),
     target_epsilon,
@@ -693,7 +569,11 @@ def calibrate_dpsgd(
 ) -> float:
   """The noise multiplier σ for DP-SGD reaching `target_epsilon`."""
   if sampling_probability is None or float(sampling_probability) == 1.0:
-    return math.sqrt(steps) / gaussian_mu_for_epsilon(target_epsilon, delta) * (1.0 + 1e-12)
+    return (
+      math.sqrt(steps)
+      / gaussian_curve.gaussian_mu_for_epsilon(target_epsilon, delta)
+      * (1.0 + 1e-12)
+    )
   return calibrate_event_noise(
     lambda s: events.dpsgd_event(s, steps, sampling_probability), target_epsilon, delta, rtol=rtol
   )

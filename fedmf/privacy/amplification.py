@@ -29,6 +29,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf.strategies import load_strategy
 from fedmf.privacy import accounting
 from fedmf.privacy import events
+from fedmf.privacy import gaussian_curve
 
 
 # The smallest q accounted: dp_accounting's PLD of a Poisson-subsampled Gaussian fails below
@@ -185,7 +186,7 @@ def epsilon_for(
   q = sampling.sampling_probability
   if q == 1.0:
     mu = math.sqrt(sampling.steps(n)) * max_column_norm / sigma
-    return accounting.gaussian_epsilon_with(mu, accounting.validate_delta(delta), accountant), (
+    return accounting.gaussian_epsilon_with(mu, gaussian_curve.validate_delta(delta), accountant), (
       accountant
     )
   event = events.amplified_bandmf_event(sigma, n, sampling.partitions, q, max_column_norm)
@@ -197,7 +198,7 @@ def unamplified_noise(
 ) -> float:
   """σ of the same schema without sampling (q = 1, exact curve): an upper bound on the amplified
   σ, since Poisson subsampling never increases ε."""
-  mu = accounting.gaussian_mu_for_epsilon(target_epsilon, delta)
+  mu = gaussian_curve.gaussian_mu_for_epsilon(target_epsilon, delta)
   return math.sqrt(sampling.steps(n)) * max_column_norm / mu
 
 
@@ -217,7 +218,7 @@ def noise_for(
 
   `upper`: a σ known to reach the target (default: the unamplified σ, slightly raised).
   """
-  delta = accounting.validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
 
   def epsilon_of(sigma: float) -> float:
     return epsilon_for(sigma, n, sampling, delta, max_column_norm, accountant, pld_interval)[0]
@@ -245,7 +246,7 @@ def account_amplified(
     raise ValueError("give exactly one of noise_multiplier and target_epsilon")
   strategy = load_strategy(strategy)
   strategy.check_horizon(n)
-  delta = accounting.validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   bands, norm = band_and_column_norm(strategy, n)
   _check_bands(bands, sampling, strategy)
   if target_epsilon is not None:

@@ -43,6 +43,7 @@ import numpy as np
 from fedmf.privacy import accounting
 from fedmf.privacy import adaptive_clip
 from fedmf.privacy import curve as curve_lib
+from fedmf.privacy import gaussian_curve
 from fedmf.privacy import participation_log
 from fedmf.privacy import partition_audit
 from fedmf.errors import FedmfUserError
@@ -377,7 +378,7 @@ def _validated(
   from fedmf.mf import strategies  # pylint: disable=g-import-not-at-top
 
   sigma = validate_audit_noise_multiplier(noise_multiplier)
-  delta = accounting.validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   strategy = strategies.load_strategy(strategy)
   rounds = _positive_int_or_none(rounds, "--rounds")
   min_sep = _positive_int_or_none(min_sep, "--min-sep")

@@ -16,7 +16,7 @@ import numpy as np
 
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import adaptive_clip
-from fedmf.privacy.accounting import gaussian_epsilon, rho_zcdp, validate_delta
+from fedmf.privacy.gaussian_curve import gaussian_epsilon, rho_zcdp, validate_delta
 from fedmf.privacy.events import validate_noise_multiplier
 
 

@@ -27,10 +27,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fedmf.privacy import accounting
 from fedmf.privacy import empirical_estimators as estimators
 from fedmf.privacy import empirical_noise
 from fedmf.privacy import empirical_statistics as statistics
+from fedmf.privacy import gaussian_curve
 
 THREAT_MODELS = ("all_releases", "final_model")
 STATISTICS = {
@@ -231,7 +231,7 @@ def estimate(
       f"{int((~joined).sum())} canaries joined no round (participation pattern): they have no "
       "all-releases statistic and are left out"
     )
-  analytic_epsilon = float(accounting.gaussian_epsilon(analytic_mu, delta))
+  analytic_epsilon = float(gaussian_curve.gaussian_epsilon(analytic_mu, delta))
   scores = {"all_releases": stat}
   estimates = {
     "all_releases": ThreatModelEstimate(

@@ -35,6 +35,7 @@ import scipy.optimize
 import scipy.special
 
 from fedmf.privacy import accounting
+from fedmf.privacy import gaussian_curve
 
 CONFIDENCE = 0.95
 # The guess counts tried, as fractions of the coin canaries (Bonferroni over the distinct counts).
@@ -80,7 +81,7 @@ class GaussianFit:
 
 
 def _epsilon(mu: float, delta: float) -> float:
-  return float(accounting.gaussian_epsilon(max(float(mu), 0.0), delta)) if mu > 0 else 0.0
+  return float(gaussian_curve.gaussian_epsilon(max(float(mu), 0.0), delta)) if mu > 0 else 0.0
 
 
 def gaussian_fit(inserted: np.ndarray, held_out: np.ndarray, delta: float) -> GaussianFit:

@@ -35,7 +35,7 @@ from typing import Any, Optional
 import numpy as np
 import scipy.stats
 
-from fedmf.privacy import accounting
+from fedmf.privacy import gaussian_curve
 
 # Held-out canaries beyond the rounds the covariance estimate needs (K ≥ n + MIN_EXTRA).
 MIN_EXTRA = 10
@@ -196,6 +196,6 @@ def noise_check(
   )
   return NoiseCheck(
     k, n, ratio, interval, claimed_mu, mu, mu_interval,
-    float(accounting.gaussian_epsilon(mu, delta)), clients_fraction=fraction,
+    float(gaussian_curve.gaussian_epsilon(mu, delta)), clients_fraction=fraction,
     clients_fraction_max=fraction_max,
   )  # fmt: skip

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from fedmf.privacy import accounting as base_accounting
 from fedmf.privacy import events
+from fedmf.privacy import gaussian_curve
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def count_noise_multiplier(epsilon: float, delta: float, count_fraction: float) 
   """σ_c of the item counts: a fraction `count_fraction` of the run's ρ = μ²/2 (0 for ε = inf)."""
   if math.isinf(epsilon):
     return 0.0
-  mu = base_accounting.gaussian_mu_for_epsilon(epsilon, delta)
+  mu = gaussian_curve.gaussian_mu_for_epsilon(epsilon, delta)
   return 1.0 / (mu * math.sqrt(count_fraction))
 
 
@@ -92,11 +93,11 @@ def calibrate_ssp(
     raise ValueError(f"outer_steps must be >= 1, got {outer_steps!r}")
   if not (math.isfinite(last_step_weight) and last_step_weight > 0):
     raise ValueError(f"last_step_weight must be a finite number > 0, got {last_step_weight!r}")
-  delta = base_accounting.validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   if math.isinf(epsilon) and epsilon > 0:
     return SspBudget(epsilon, delta, outer_steps, count_fraction, 0.0, (0.0,) * outer_steps)
-  epsilon = base_accounting.validate_epsilon(epsilon)
-  mu = base_accounting.gaussian_mu_for_epsilon(epsilon, delta)
+  epsilon = gaussian_curve.validate_epsilon(epsilon)
+  mu = gaussian_curve.gaussian_mu_for_epsilon(epsilon, delta)
   # Split ρ = μ²/2: the counts get count_fraction of it; step s gets a share of the rest,
   # halved between its A and b releases (a Gaussian release of ρ_r has σ = 1/sqrt(2 ρ_r)).
   count_sigma = 1.0 / (mu * math.sqrt(count_fraction)) if count_fraction else math.inf
@@ -132,7 +133,7 @@ def ssp_epsilon(budget: SspBudget, pld: bool = False) -> dict[str, float]:
   rdp = dp_accounting.rdp.RdpAccountant()
   rdp.compose(ssp_event(budget))
   out = {
-    "analytic": float(base_accounting.gaussian_epsilon(budget.mu, budget.delta)),
+    "analytic": float(gaussian_curve.gaussian_epsilon(budget.mu, budget.delta)),
     "rdp": float(rdp.get_epsilon(budget.delta)),
   }
   if pld:
@@ -175,11 +176,11 @@ def calibrate_dpsgd(
   dp_accounting's RDP accountant (an upper bound on ε, so conservative; fast)."""
   import dp_accounting  # pylint: disable=g-import-not-at-top
 
-  delta = base_accounting.validate_delta(delta)
+  delta = gaussian_curve.validate_delta(delta)
   if math.isinf(epsilon) and epsilon > 0:
     counts = None if count_noise_multiplier is None else 0.0
     return DpsgdBudget(epsilon, delta, steps, sampling_probability, 0.0, counts)
-  epsilon = base_accounting.validate_epsilon(epsilon)
+  epsilon = gaussian_curve.validate_epsilon(epsilon)
   budget = DpsgdBudget(epsilon, delta, steps, sampling_probability, 0.0, count_noise_multiplier)
   sigma = dp_accounting.calibrate_dp_mechanism(
     dp_accounting.rdp.RdpAccountant,

@@ -13,6 +13,7 @@ from fedmf.errors import FedmfUserError
 from fedmf.mf import strategies as st
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.mf.evaluation import sensitivity
+from fedmf.privacy import gaussian_curve
 
 # BLT App. A: the published BLT parameters are those of C (ω > 0, Σω ≤ 1), not of C⁻¹.
 BLT_001 = {
@@ -39,44 +40,46 @@ def blt(b):
 def test_reference_values():
   # Reference values (jax_privacy / dp_accounting tests), Accounting.
   mu = math.sqrt(2) / 8.35
-  assert accounting.rho_zcdp(math.sqrt(2), 8.35) == pytest.approx(0.0143426, abs=5e-8)
-  assert accounting.gaussian_epsilon(mu, 1e-10) == pytest.approx(0.99355, abs=5e-6)
+  assert gaussian_curve.rho_zcdp(math.sqrt(2), 8.35) == pytest.approx(0.0143426, abs=5e-8)
+  assert gaussian_curve.gaussian_epsilon(mu, 1e-10) == pytest.approx(0.99355, abs=5e-6)
   assert accounting.pld_gaussian_epsilon(mu, 1e-10) == pytest.approx(0.99355, abs=5e-5)
-  assert accounting.gaussian_epsilon(1.0, 1e-7) == pytest.approx(5.35, abs=5e-3)
+  assert gaussian_curve.gaussian_epsilon(1.0, 1e-7) == pytest.approx(5.35, abs=5e-3)
 
 
 @pytest.mark.parametrize("delta", [1e-5, 1e-10])
 def test_analytic_matches_pld_on_a_grid(delta):
   for mu in [0.01, 0.05, 0.2, 0.5, 1.0, 2.0, 5.0]:
-    analytic = accounting.gaussian_epsilon(mu, delta)
+    analytic = gaussian_curve.gaussian_epsilon(mu, delta)
     pld = accounting.pld_gaussian_epsilon(mu, delta)
     # PLD is pessimistic by about its discretization (1e-4).
     assert pld >= analytic - 1e-6
     assert pld == pytest.approx(analytic, abs=2e-3, rel=1e-4)
-    assert accounting.gaussian_delta(analytic, mu) == pytest.approx(delta, rel=1e-8)
+    assert gaussian_curve.gaussian_delta(analytic, mu) == pytest.approx(delta, rel=1e-8)
 
 
 def test_gaussian_epsilon_vectorized_tiny_delta_and_large_eps():
   mus = np.array([0.0, 1e-4, 0.3, 3.0, 30.0, 100.0])
-  eps = accounting.gaussian_epsilon(mus, 1e-300)
+  eps = gaussian_curve.gaussian_epsilon(mus, 1e-300)
   assert eps[0] == 0 and np.all(np.diff(eps) > 0) and np.all(np.isfinite(eps))
   for m, e in zip(mus[1:], eps[1:]):
-    assert math.log(accounting.gaussian_delta(e, m)) == pytest.approx(math.log(1e-300), rel=1e-9)
+    assert math.log(gaussian_curve.gaussian_delta(e, m)) == pytest.approx(
+      math.log(1e-300), rel=1e-9
+    )
   # δ(0) already small: ε = 0.
-  assert accounting.gaussian_epsilon(1e-12, 0.5) == 0.0
+  assert gaussian_curve.gaussian_epsilon(1e-12, 0.5) == 0.0
 
 
 def test_mu_for_epsilon_roundtrip():
   for eps in [0.1, 1.0, 8.0, 50.0]:
-    mu = accounting.gaussian_mu_for_epsilon(eps, 1e-10)
-    assert accounting.gaussian_epsilon(mu, 1e-10) == pytest.approx(eps, rel=1e-9)
-    assert accounting.gaussian_epsilon(mu, 1e-10) <= eps * (1 + 1e-12)
+    mu = gaussian_curve.gaussian_mu_for_epsilon(eps, 1e-10)
+    assert gaussian_curve.gaussian_epsilon(mu, 1e-10) == pytest.approx(eps, rel=1e-9)
+    assert gaussian_curve.gaussian_epsilon(mu, 1e-10) <= eps * (1 + 1e-12)
 
 
 def test_validation_errors():
   for bad in (0.0, 1.0, -1e-5, float("nan")):
     with pytest.raises(FedmfUserError, match="delta"):
-      accounting.validate_delta(bad)
+      gaussian_curve.validate_delta(bad)
   for bad in (0.0, -1.0, float("inf")):
     with pytest.raises(FedmfUserError, match="noise multiplier"):
       accounting.account({"mechanism": "dpsgd"}, ParticipationSchema(10, None, 1), bad, 1e-5)
@@ -204,7 +207,7 @@ def test_epsilon_curve_matches_direct_accounting():
     direct = sensitivity(s, r, bb if k[r - 1] > 1 else None, int(k[r - 1])).value
     assert full.sensitivity[r - 1] == pytest.approx(direct, rel=1e-12)
     assert full.epsilon[r - 1] == pytest.approx(
-      accounting.gaussian_epsilon(direct / 7.379, 1e-10), rel=1e-12
+      gaussian_curve.gaussian_epsilon(direct / 7.379, 1e-10), rel=1e-12
     )
     # One evaluation per run of constant (b_r, k_r), at its last round (r = 10, 30, 60): exact
     # there, a valid upper bound before.
@@ -308,7 +311,7 @@ def test_epsilon_curve_cached_never_below_direct_or_truth(seed, kind, cap):
       assert curve.sensitivity[r - 1] >= direct.value - 1e-12
     truth = brute_force_sensitivity(c[:r, :r], bb if bb is not None else r, kk)
     assert curve.sensitivity[r - 1] >= truth - 1e-9
-    assert curve.epsilon[r - 1] >= accounting.gaussian_epsilon(truth / 2.0, 1e-6) - 1e-9
+    assert curve.epsilon[r - 1] >= gaussian_curve.gaussian_epsilon(truth / 2.0, 1e-6) - 1e-9
 
 
 def test_epsilon_curve_2000_rounds_is_fast():
@@ -354,7 +357,7 @@ def test_noise_multipliers_at_the_float64_edges_are_one_line_errors_or_exact():
   assert far.epsilon == 0.0 and far.rho == 0.0  # exact: δ(0) ≈ 4e-301 ≤ δ
   near = accounting.account(DPSGD, ONE_ROUND, 1e-6, 1e-5, accountant="analytic")  # μ = 1e6
   assert math.isfinite(near.epsilon) and near.epsilon >= 0.5e12
-  assert accounting.rho_zcdp(1.0, 1e300) == 0.0  # σ² overflows: ρ underflows, no OverflowError
+  assert gaussian_curve.rho_zcdp(1.0, 1e300) == 0.0  # σ² overflows: ρ underflows, no OverflowError
 
 
 @pytest.mark.parametrize("sigma", ["1.0", True, None, [1.0]])

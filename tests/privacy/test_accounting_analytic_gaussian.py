@@ -15,6 +15,7 @@ import pytest
 from fedmf.cli import main as cli_main
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import accounting, audit, participation_log
+from fedmf.privacy import gaussian_curve
 
 mpmath.mp.dps = 60
 
@@ -53,7 +54,7 @@ def _epsilon_60_digits(mu: float, delta: float) -> mpmath.mpf:
   ],
 )
 def test_epsilon_is_the_theorem_to_float64_precision(mu, delta):
-  got = accounting.gaussian_epsilon(mu, delta)
+  got = gaussian_curve.gaussian_epsilon(mu, delta)
   want = _epsilon_60_digits(mu, delta)
   assert abs(got - want) <= 1e-13 * want, (got, float(want))
 
@@ -61,7 +62,7 @@ def test_epsilon_is_the_theorem_to_float64_precision(mu, delta):
 def test_the_published_noise_for_epsilon_1_delta_1e5():
   # For Δ = 1, ε = 1, δ = 1e-5 the analytic Gaussian mechanism needs σ ≈ 3.73, where the classical
   # calibration σ = √(2 ln(1.25/δ)) / ε asks for 4.84 (Balle & Wang 2018, §1 and Fig. 1).
-  sigma = 1.0 / accounting.gaussian_mu_for_epsilon(1.0, 1e-5)
+  sigma = 1.0 / gaussian_curve.gaussian_mu_for_epsilon(1.0, 1e-5)
   assert round(sigma, 2) == 3.73
   assert math.sqrt(2 * math.log(1.25 / 1e-5)) == pytest.approx(4.84, abs=5e-3)
 
@@ -73,7 +74,7 @@ def test_calibration_agrees_with_dp_accountings_analytic_gaussian(epsilon, delta
   theirs = accountant.get_smallest_gaussian_noise(
     common.DifferentialPrivacyParameters(epsilon, delta)
   )
-  ours = 1.0 / accounting.gaussian_mu_for_epsilon(epsilon, delta)
+  ours = 1.0 / gaussian_curve.gaussian_mu_for_epsilon(epsilon, delta)
   # dp_accounting stops its search at a tolerance of about 1e-8, from above.
   assert ours == pytest.approx(theirs, rel=2e-7)
   assert ours <= theirs * (1 + 1e-12)
@@ -82,7 +83,7 @@ def test_calibration_agrees_with_dp_accountings_analytic_gaussian(epsilon, delta
 @pytest.mark.parametrize("delta", [1e-5, 1e-10])
 def test_pld_upper_bounds_the_exact_epsilon_and_is_close(delta):
   for mu in (0.02, 0.3, 1.0, 4.0):
-    exact = accounting.gaussian_epsilon(mu, delta)
+    exact = gaussian_curve.gaussian_epsilon(mu, delta)
     pld = accounting.pld_gaussian_epsilon(mu, delta)
     assert pld >= exact - 1e-9
     assert pld - exact <= 2e-3 + 1e-4 * exact
@@ -91,12 +92,12 @@ def test_pld_upper_bounds_the_exact_epsilon_and_is_close(delta):
 @pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-12])
 def test_epsilon_and_its_inverse_are_consistent(delta):
   for mu in (0.01, 0.4, 2.5, 20.0):
-    eps = accounting.gaussian_epsilon(mu, delta)
+    eps = gaussian_curve.gaussian_epsilon(mu, delta)
     # ε is the smallest ε with δ(ε) ≤ δ, to a few ulps.
     assert float(_delta_60_digits(eps, mu)) <= delta * (1 + 1e-12)
     assert float(_delta_60_digits(eps * (1 - 1e-12), mu)) > delta
     # And the largest μ that is (ε, δ)-DP is μ itself.
-    assert accounting.gaussian_mu_for_epsilon(eps, delta) == pytest.approx(mu, rel=1e-10)
+    assert gaussian_curve.gaussian_mu_for_epsilon(eps, delta) == pytest.approx(mu, rel=1e-10)
 
 
 BLT400 = {
@@ -116,7 +117,7 @@ def test_strategy_accounting_is_exact_by_default_and_pld_bounds_it():
   exact = accounting.account(BLT400, schema, 7.379, 1e-10)
   pld = accounting.account(BLT400, schema, 7.379, 1e-10, accountant="pld")
   assert exact.accountant == "analytic" and pld.accountant == "pld"
-  assert exact.epsilon == accounting.gaussian_epsilon(exact.sensitivity / 7.379, 1e-10)
+  assert exact.epsilon == gaussian_curve.gaussian_epsilon(exact.sensitivity / 7.379, 1e-10)
   assert exact.epsilon <= pld.epsilon <= exact.epsilon + 2e-3
 
 
@@ -133,7 +134,7 @@ def test_fedmf_audit_states_the_exact_epsilon_by_default_and_pld_on_request(tmp_
   exact = json.loads(capsys.readouterr().out)
   assert exact["accountant"] == "analytic"
   mu = exact["sensitivity"] / 3
-  assert exact["epsilon"] == accounting.gaussian_epsilon(mu, 1e-6)
+  assert exact["epsilon"] == gaussian_curve.gaussian_epsilon(mu, 1e-6)
   assert cli_main.main(base + ["--accountant", "pld"]) == 0
   pld = json.loads(capsys.readouterr().out)
   assert pld["accountant"] == "pld" and pld["sensitivity"] == exact["sensitivity"]

@@ -17,11 +17,12 @@ from fedmf.privacy import (
   audit,
   partition_audit,
 )
+from fedmf.privacy import gaussian_curve
 
 
 def _exact(mu_scale):
   """ε(σ) of one Gaussian with sensitivity `mu_scale` (the exact curve): decreasing in σ."""
-  return lambda sigma: accounting.gaussian_epsilon(mu_scale / sigma, 1e-6)
+  return lambda sigma: gaussian_curve.gaussian_epsilon(mu_scale / sigma, 1e-6)
 
 
 @pytest.mark.parametrize("target", [0.05, 1.0, 8.0, 300.0])
@@ -33,7 +34,7 @@ def test_calibrate_sigma_is_conservative_and_within_rtol(target, upper):
   assert epsilon_of(sigma) <= target
   assert epsilon_of(sigma * math.exp(-2 * rtol)) > target  # Not much above the least σ.
   # The exact answer, by the curve's own inversion (a root in μ, not in σ).
-  exact = 3.0 / accounting.gaussian_mu_for_epsilon(target, 1e-6)
+  exact = 3.0 / gaussian_curve.gaussian_mu_for_epsilon(target, 1e-6)
   assert exact <= sigma * (1 + 1e-12) and sigma <= exact * math.exp(2 * rtol)
 
 
@@ -46,10 +47,10 @@ def test_calibrate_sigma_bounds_and_floor():
 
 
 def test_calibrate_from_exact_keeps_the_exact_root_and_raises_it_only_for_pld():
-  mu = accounting.gaussian_mu_for_epsilon(2.0, 1e-6)
+  mu = gaussian_curve.gaussian_mu_for_epsilon(2.0, 1e-6)
   exact = 1.0 / mu
   analytic = accounting.calibrate_from_exact(
-    lambda s: accounting.gaussian_epsilon(1 / s, 1e-6), 2.0, exact
+    lambda s: gaussian_curve.gaussian_epsilon(1 / s, 1e-6), 2.0, exact
   )
   assert analytic == exact * (1 + 1e-12)
   pld = accounting.calibrate_from_exact(

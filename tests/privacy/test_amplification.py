@@ -12,6 +12,7 @@ from fedmf.mf import strategies as st
 from fedmf.mf.schema import ParticipationSchema
 from fedmf.privacy import accounting
 from fedmf.privacy import amplification as amp
+from fedmf.privacy import gaussian_curve
 
 
 def _bandmf(n, bands, scale=1.0):
@@ -88,7 +89,7 @@ def test_calibration_inverts_epsilon():
   # q = 1: the exact inverse of the Gaussian curve.
   full = amp.CyclicPoissonSampling(dataset_size=800, batch_size=100, partitions=8)
   exact = amp.account_amplified(strategy, 64, full, 1e-6, target_epsilon=2.0, accountant="analytic")
-  mu = accounting.gaussian_mu_for_epsilon(2.0, 1e-6)
+  mu = gaussian_curve.gaussian_mu_for_epsilon(2.0, 1e-6)
   assert exact.noise_multiplier == pytest.approx(math.sqrt(8) / mu, rel=1e-9)
 
 

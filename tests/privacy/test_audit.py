@@ -280,13 +280,13 @@ def test_log_statistics_key_layouts_equal_brute_force(max_round, num_clients):
 
 def test_huge_mu_takes_the_analytic_curve_instead_of_pld():
   """A client in every round makes mu = s / sigma huge; PLD's grid (~mu^2 points) would not fit."""
-  from fedmf.privacy import accounting
+  from fedmf.privacy import gaussian_curve
 
   rows = [(r, "hot") for r in range(400)] + [(0, "a")]
   res = audit.audit_arrays(arrays(rows), BLT, 1.0, 1e-6, curve=False, accountant="pld")
   assert res.realized.accountant == "analytic"
   assert any("PLD accounting would need" in w for w in res.warnings)
-  assert res.realized.epsilon == accounting.gaussian_epsilon(res.realized.sensitivity, 1e-6)
+  assert res.realized.epsilon == gaussian_curve.gaussian_epsilon(res.realized.sensitivity, 1e-6)
   # A moderate mu keeps PLD when asked for.
   res = audit.audit_arrays(
     arrays([(0, "a"), (3, "a")]), BLT, 2.0, 1e-6, curve=False, accountant="pld"

@@ -8,8 +8,8 @@ import pytest
 
 from fedmf.cli import main as cli_main
 from fedmf.mf import strategies as st
-from fedmf.privacy import accounting
 from fedmf.privacy import band_choice
+from fedmf.privacy import gaussian_curve
 
 
 def test_candidates_are_powers_of_two_and_the_cap():
@@ -77,7 +77,7 @@ def test_bands_auto_contract(tmp_path, capsys, monkeypatch):
   assert pld.get_epsilon(1e-6) == pytest.approx(2.0, abs=0.01)  # calibrated to within rtol
   # b̂ = 8 = N/B: q = 1, 4 Gaussian steps, i.e. μ = 2/σ on the exact curve (raised in steps of
   # rtol until the pessimistic PLD accountant, used for every candidate, agrees).
-  exact = 2.0 / accounting.gaussian_mu_for_epsilon(2.0, 1e-6)
+  exact = 2.0 / gaussian_curve.gaussian_mu_for_epsilon(2.0, 1e-6)
   assert exact <= rows[8]["noise_multiplier"] <= exact * 1.002
   # Amplification pays: fewer bands need less noise.
   sigmas = [rows[b]["noise_multiplier"] for b in (1, 2, 4, 8)]

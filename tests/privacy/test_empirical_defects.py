@@ -37,7 +37,7 @@ import pytest
 from fedmf.mf import strategies as st
 from fedmf.mf import worst_pattern
 from fedmf.mf.schema import ParticipationSchema
-from fedmf.privacy import accounting, canary_design, empirical
+from fedmf.privacy import canary_design, empirical, gaussian_curve
 from tests.privacy.canary_simulation import pattern_matrix, simulate_record
 
 N, B, K, M, DELTA, EPSILON = 150, 50, 3, 2000, 1e-6, 2.0
@@ -51,7 +51,7 @@ def setting():
   )
   pattern = worst_pattern.worst_case_pattern(strategy, ParticipationSchema(N, B, K))
   assert pattern.method == "exact" and pattern.rounds == (0, 50, 100)
-  sigma = pattern.value / accounting.gaussian_mu_for_epsilon(EPSILON, DELTA)
+  sigma = pattern.value / gaussian_curve.gaussian_mu_for_epsilon(EPSILON, DELTA)
   return strategy, pattern, sigma
 
 

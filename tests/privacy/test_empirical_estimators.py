@@ -8,8 +8,8 @@ with its `dp_accounting.get_sigma_gaussian(ε, δ)` as 1/μ of the exact Gaussia
 import numpy as np
 import pytest
 
-from fedmf.privacy import accounting
 from fedmf.privacy import empirical_estimators as ee
+from fedmf.privacy import gaussian_curve
 
 # (canaries, guesses, correct, significance, δ) -> ε of jax_privacy's f-DP one-run audit.
 JAX_PRIVACY_REFERENCE = [
@@ -26,7 +26,7 @@ JAX_PRIVACY_REFERENCE = [
 def test_fdp_bound_matches_jax_privacy(args, expected):
   m, k, v, significance, delta = args
   mu = ee.fdp_mu_lower(m, k, v, significance)
-  assert accounting.gaussian_epsilon(mu, delta) == pytest.approx(expected, rel=1e-6)
+  assert gaussian_curve.gaussian_epsilon(mu, delta) == pytest.approx(expected, rel=1e-6)
 
 
 def test_fdp_margin_decreases_in_mu():
@@ -70,7 +70,7 @@ def test_gaussian_fit_recovers_mu_with_calibrated_error():
     fit = ee.gaussian_fit(rng.normal(1.5, 1, 500), rng.normal(0, 1, 500), 1e-6)
     hits += abs(fit.mu - 1.5) <= 1.96 * fit.mu_stderr
   assert 88 <= hits <= 100
-  assert fit.epsilon == pytest.approx(accounting.gaussian_epsilon(fit.mu, 1e-6))
+  assert fit.epsilon == pytest.approx(gaussian_curve.gaussian_epsilon(fit.mu, 1e-6))
   lo, hi = fit.epsilon_interval
   assert lo < fit.epsilon < hi
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fedmf.privacy import accounting as base_accounting
+from fedmf.privacy import gaussian_curve
 from fedmf.public_features import accounting
 from fedmf.public_features import statistics
 
@@ -18,7 +19,7 @@ def test_ssp_run_reaches_exactly_the_target_and_pld_agrees(epsilon, outer_steps)
   mu = math.sqrt(
     budget.count_noise_multiplier**-2 + 2 * outer_steps * budget.stats_noise_multiplier**-2
   )
-  exact = base_accounting.gaussian_epsilon(mu, 1e-5)
+  exact = gaussian_curve.gaussian_epsilon(mu, 1e-5)
   assert exact == pytest.approx(epsilon, rel=1e-9)
   assert exact <= epsilon * (1 + 1e-9)
   # The counts got 20% of ρ = μ²/2.
@@ -37,7 +38,7 @@ def test_a_heavier_last_step_is_still_exactly_the_target():
   first, second, last = budget.stats_noise_multipliers
   assert first == second and last == pytest.approx(first / 2)  # ρ ∝ σ⁻²: 4x the share
   mu = math.sqrt(budget.count_noise_multiplier**-2 + 2 * (first**-2 + second**-2 + last**-2))
-  assert base_accounting.gaussian_epsilon(mu, 1e-5) == pytest.approx(3.0, rel=1e-9)
+  assert gaussian_curve.gaussian_epsilon(mu, 1e-5) == pytest.approx(3.0, rel=1e-9)
   event = dp_accounting.ComposedDpEvent(
     [dp_accounting.GaussianDpEvent(budget.count_noise_multiplier)]
     + [dp_accounting.GaussianDpEvent(s) for s in (first, first, second, second, last, last)]
@@ -189,7 +190,7 @@ def test_a_runs_recorded_noise_is_within_its_budget(algorithm):
     sigmas = p["stats_noise_multipliers"]
     assert len(sigmas) == 2
     mu = math.sqrt(p["count_noise_multiplier"] ** -2 + sum(2 * s**-2 for s in sigmas))
-    assert base_accounting.gaussian_epsilon(mu, 1e-5) <= 3.0 * (1 + 1e-9)
+    assert gaussian_curve.gaussian_epsilon(mu, 1e-5) <= 3.0 * (1 + 1e-9)
 
 
 def test_the_dpsgd_optimizer_is_post_processing_the_same_noise_and_budget():

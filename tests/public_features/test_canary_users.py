@@ -18,8 +18,8 @@ run's ε, and the same measurement flags a release with a quarter of the noise.
 import numpy as np
 import pytest
 
-from fedmf.privacy import accounting
 from fedmf.privacy import empirical_estimators as estimators
+from fedmf.privacy import gaussian_curve
 from fedmf.public_features import algorithms
 from fedmf.public_features import statistics
 from fedmf.public_features.data import Ratings
@@ -107,4 +107,4 @@ def test_a_release_with_a_quarter_of_the_noise_is_flagged():
   fit = estimators.gaussian_fit(scores[inserted], scores[~inserted], DELTA)
   assert fit.mu - 4 * fit.mu_stderr > budget.mu
   lower = estimators.one_run_lower_bound(scores, inserted, DELTA)
-  assert lower.epsilon > accounting.gaussian_epsilon(budget.mu, DELTA)
+  assert lower.epsilon > gaussian_curve.gaussian_epsilon(budget.mu, DELTA)

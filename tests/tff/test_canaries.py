@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 
 from fedmf.cli import main as cli_main
 from fedmf.mf import strategies as st
-from fedmf.privacy import accounting
+from fedmf.privacy import gaussian_curve
 from fedmf.tasks.synthetic import SyntheticTask
 from fedmf.tff import build_dp_aggregator, canary_factory
 from tests.helpers import load_script
@@ -165,7 +165,7 @@ def test_fed_avg_estimate_agrees_with_fedmf_simulate(tff_context, simulate_estim
     np.linalg.norm(st.load_strategy(BLT).matrix(ROUNDS) @ np.isin(range(ROUNDS), [0, 4, 8])) / SIGMA
   )
   assert e.analytic_mu == pytest.approx(analytic)
-  assert e.analytic_epsilon == pytest.approx(accounting.gaussian_epsilon(analytic, 1e-6))
+  assert e.analytic_epsilon == pytest.approx(gaussian_curve.gaussian_epsilon(analytic, 1e-6))
   assert e.analytic_mu == pytest.approx(simulate_estimate['analytic_mu'])
   # Within the estimators' stated error (three standard errors of the difference).
   gap = abs(e.fit.mu - simulate_estimate['mu_estimate'])
