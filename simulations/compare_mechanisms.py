@@ -519,14 +519,35 @@ def progress_table(
   return lines + [""]
 
 
-def plot(results: dict[str, Any], label: str, arms: list[str], path: Path) -> None:
+def _moving_mean(values: list, window: int) -> tuple[list[int], list[float]]:
+  """(1-based rounds, mean of the last `window` rounds' values) for each round with a full window
+  of finite values (a training loss can be missing in a round that zeroed every update)."""
+  rounds, means = [], []
+  for end in range(window, len(values) + 1):
+    chunk = values[end - window : end]
+    if all(v is not None and math.isfinite(v) for v in chunk):
+      rounds.append(end)
+      means.append(statistics.fmean(chunk))
+  return rounds, means
+
+
+def plot(
+  results: dict[str, Any], label: str, arms: list[str], path: Path, loss_window: int = 50
+) -> None:
+  """Two panels per LABEL, mean over each arm's seeds: test accuracy at every evaluation all its
+  seeds have, and the training loss as a mean over the last `loss_window` rounds (a round's loss
+  is that of 20 devices, too noisy alone to compare arms by)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   runs = [r for r in results["runs"] if r["label"] == label]
-  fig, ax = plt.subplots(figsize=(8, 4.5))
+  fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(12, 4.5))
+  # The loss axis spans the rounds after the first fifth (the early loss is far higher and would
+  # flatten the differences between arms).
+  late_from = max((r["config"]["rounds"] for r in runs), default=0) // 5
+  late: list[float] = []
   for arm in [a for a in arms if any(r["arm"] == a for r in runs)]:
     rows = [r for r in runs if r["arm"] == arm]
     curves = [
@@ -535,12 +556,27 @@ def plot(results: dict[str, Any], label: str, arms: list[str], path: Path) -> No
     ]
     common = sorted(set.intersection(*(set(c) for c in curves)))
     means = [statistics.fmean(c[k] for c in curves) for k in common]
-    ax.plot([k + 1 for k in common], means, marker="o", ms=2, label=f"{arm} ({len(rows)} seeds)")
+    seeds = f"{len(rows)} seed{'s' if len(rows) > 1 else ''}"
+    (line,) = ax.plot([k + 1 for k in common], means, marker="o", ms=2, label=f"{arm} ({seeds})")
+    rounds_done = min(r["rounds_completed"] for r in rows)
+    per_seed = [_moving_mean(r["metrics"]["loss"][:rounds_done], loss_window) for r in rows]
+    shared = sorted(set.intersection(*(set(x) for x, _ in per_seed)))
+    lookup = [dict(zip(x, y)) for x, y in per_seed]
+    loss_means = [statistics.fmean(d[k] for d in lookup) for k in shared]
+    ax_loss.plot(shared, loss_means, color=line.get_color(), label=arm)
+    late += [v for k, v in zip(shared, loss_means) if k >= late_from]
   ax.set_xlabel("round")
   ax.set_ylabel("test accuracy (excl. pad, OOV, bos, eos)")
   ax.set_title(f"Mechanisms at equal privacy: {label}")
   ax.grid(alpha=0.3)
   ax.legend()
+  ax_loss.set_xlabel("round")
+  ax_loss.set_ylabel(f"training loss, mean of the last {loss_window} rounds")
+  ax_loss.set_title("Training loss")
+  if late:
+    span = max(late) - min(late)
+    ax_loss.set_ylim(min(late) - 0.05 * span, max(late) + 0.05 * span)
+  ax_loss.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

@@ -99,3 +99,22 @@ def test_the_progress_table_shows_unfinished_runs_where_they_have_data():
   assert cells[6] == "5.0000"
   cells = [c.strip() for c in tree.strip("|").split("|")]
   assert cells[:7] == ["tree", "0", "120", "100", "0.1490", "0.1990", "3.0000"]
+
+
+def test_the_loss_curve_is_the_mean_of_each_full_window_of_finite_losses():
+  losses = [4.0, 2.0, None, 6.0, 8.0, 10.0, float("nan"), 1.0, 3.0]
+  rounds, means = _compare_module()._moving_mean(losses, 2)
+  # Windows ending at rounds 2, 5, 6 and 9 hold two finite losses; the others a missing one.
+  assert rounds == [2, 5, 6, 9]
+  assert means == [3.0, 7.0, 9.0, 2.0]
+  assert _compare_module()._moving_mean(losses, 20) == ([], [])
+
+
+def test_the_plot_draws_accuracy_and_loss_for_each_arm(tmp_path):
+  run = _run("tree", 120, [49, 99], 3.0)
+  run["config"]["rounds"] = 200
+  short = _run("dpsgd", 30, [], 5.0)  # fewer rounds than the loss window: no loss curve yet
+  short["config"]["rounds"] = 200
+  path = tmp_path / "accuracy-x.png"
+  _compare_module().plot({"runs": [run, short]}, "x", ["dpsgd", "tree"], path)
+  assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
