@@ -573,7 +573,7 @@ def plot(
   ax_loss.set_xlabel("round")
   ax_loss.set_ylabel(f"training loss, mean of the last {loss_window} rounds")
   ax_loss.set_title("Training loss")
-  if late:
+  if late and max(late) > min(late):  # equal limits would make matplotlib warn and widen them
     span = max(late) - min(late)
     ax_loss.set_ylim(min(late) - 0.05 * span, max(late) + 0.05 * span)
   ax_loss.grid(alpha=0.3)
