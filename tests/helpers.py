@@ -25,8 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def load_script(relative: str) -> types.ModuleType:
   """The script at ROOT/`relative` (benchmarks/, simulations/, tools/, deploy/: not packages) as a
-  fresh module named after its file, registered in sys.modules (dataclasses look it up there)."""
+  fresh module named after its file, registered in sys.modules (dataclasses look it up there).
+  The script's directory goes on sys.path, as `python SCRIPT` puts it, for its sibling imports."""
   path = ROOT / relative
+  if str(path.parent) not in sys.path:
+    sys.path.append(str(path.parent))
   spec = importlib.util.spec_from_file_location(path.stem, path)
   module = importlib.util.module_from_spec(spec)
   sys.modules[path.stem] = module

@@ -28,6 +28,10 @@ def _compare_module():
   return load_script("simulations/compare_mechanisms.py")
 
 
+def _results_module():
+  return load_script("simulations/comparison_results.py")
+
+
 def _record(run):
   results = json.loads(RESULTS.read_text())
   for record in results["runs"]:
@@ -91,7 +95,7 @@ def _run(arm, rounds, evals, loss):
 
 def test_the_progress_table_shows_unfinished_runs_where_they_have_data():
   results = {"runs": [_run("tree", 120, [49, 99], 3.0), _run("dpsgd", 60, [49], 5.0)]}
-  lines = _compare_module().progress_table(results, "x", ["dpsgd", "tree"], window=10)
+  lines = _results_module().progress_table(results, "x", ["dpsgd", "tree"], window=10)
   header, _, dpsgd, tree = lines[:4]
   assert "acc. r50" in header and "acc. r100" in header and "train loss r51–60" in header
   cells = [c.strip() for c in dpsgd.strip("|").split("|")]
@@ -103,11 +107,11 @@ def test_the_progress_table_shows_unfinished_runs_where_they_have_data():
 
 def test_the_loss_curve_is_the_mean_of_each_full_window_of_finite_losses():
   losses = [4.0, 2.0, None, 6.0, 8.0, 10.0, float("nan"), 1.0, 3.0]
-  rounds, means = _compare_module()._moving_mean(losses, 2)
+  rounds, means = _results_module()._moving_mean(losses, 2)
   # Windows ending at rounds 2, 5, 6 and 9 hold two finite losses; the others a missing one.
   assert rounds == [2, 5, 6, 9]
   assert means == [3.0, 7.0, 9.0, 2.0]
-  assert _compare_module()._moving_mean(losses, 20) == ([], [])
+  assert _results_module()._moving_mean(losses, 20) == ([], [])
 
 
 def test_the_plot_draws_accuracy_and_loss_for_each_arm(tmp_path):
@@ -116,5 +120,5 @@ def test_the_plot_draws_accuracy_and_loss_for_each_arm(tmp_path):
   short = _run("dpsgd", 30, [], 5.0)  # fewer rounds than the loss window: no loss curve yet
   short["config"]["rounds"] = 200
   path = tmp_path / "accuracy-x.png"
-  _compare_module().plot({"runs": [run, short]}, "x", ["dpsgd", "tree"], path)
+  _results_module().plot({"runs": [run, short]}, "x", ["dpsgd", "tree"], path)
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

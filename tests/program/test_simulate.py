@@ -301,7 +301,8 @@ def test_compare_mechanisms_runs_each_arm_at_the_same_epsilon_and_resumes(
   assert compare.main(args) == 0
   first = json.loads((out / "results.json").read_text())
   assert (
-    first["format"] == compare.RESULTS_FORMAT and len(first["code"]["commit"] or "x" * 40) == 40
+    first["format"] == load_script("simulations/comparison_results.py").RESULTS_FORMAT
+    and len(first["code"]["commit"] or "x" * 40) == 40
   )
   runs = first["runs"]
   assert [(r["label"], r["arm"], r["seed"]) for r in runs] == [
