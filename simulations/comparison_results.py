@@ -7,7 +7,7 @@ and the tables and plots made from it.
   table, progress_table  markdown tables of one setting (finished runs over seeds; runs side by side)
   plot                   test accuracy and the moving-mean training loss per arm
 
-Kept apart from the script that runs the trainings so that reading results needs no TFF.
+Kept apart from the script that runs the trainings: one reads run directories, the other makes them.
 """
 
 from __future__ import annotations
