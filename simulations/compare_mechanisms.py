@@ -7,12 +7,15 @@ schema, for several seeds. Every run is a resumable `fedmf train` run (fedmf.pro
 interrupted comparison started again with the same arguments resumes each unfinished run from its
 last checkpoint and keeps the finished ones. OUT holds:
 
-  runs/LABEL/ARM-seedS/   every run's ROOT (config.json, metrics.csv, strategy.json, audit, ...)
+  runs/LABEL/ARM-seedS/   every run's ROOT (config.json, metrics.csv, strategy.json, audit, ...),
+                          and code.json: the commit of each checkout that trained it
   logs/LABEL/ARM-seedS.log  each run's console output (with --jobs > 1)
   strategies/             strategy files of the arms that need one (e.g. blt-k1-2)
   results.json            every run of every LABEL in OUT: its config, σ, the strategy's analytic
                           MaxLoss and RmsLoss, final and end-of-training accuracy, and every
-                          round's metrics (see `comparison_results.collect`)
+                          round's metrics (see `comparison_results.collect`); the runs of the
+                          previous results.json whose directories are gone (another machine)
+                          are kept
   results.md              the table per LABEL: mean ± std over seeds
   accuracy-LABEL.png      test accuracy per evaluation, mean over seeds, one line per arm
 
@@ -50,10 +53,15 @@ from typing import Any
 
 # The results half (results.json, tables, plots) is its own module beside this script: Python puts
 # a script's directory first on sys.path, as tests.helpers.load_script does.
+from comparison_results import CODE_FILE
+from comparison_results import code_version
 from comparison_results import collect
+from comparison_results import keep_vanished
 from comparison_results import plot
 from comparison_results import progress_table
+from comparison_results import read_results
 from comparison_results import table
+from comparison_results import trained_by
 from comparison_results import write_results
 
 
@@ -183,6 +191,20 @@ def _job_slots(out: Path, default: int) -> int:
     return default
 
 
+def record_launch(run_dir: Path) -> None:
+  """Adds this checkout's code version to RUN_DIR/code.json unless it is the last one there: a
+  run's record says which code trained it, also after its directory has gone (results.json)."""
+  from fedmf import atomic_files
+
+  versions = trained_by(run_dir)
+  here = code_version()
+  if not versions or versions[-1] != here:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_files.write_text(
+      run_dir / CODE_FILE, json.dumps({"trained_by": [*versions, here]}) + "\n"
+    )
+
+
 def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, str]]) -> list[str]:
   """Runs (or resumes) every (label, setting overrides, seed, arm) of `plan`, in its order;
   returns the failures."""
@@ -205,7 +227,7 @@ def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, 
     from fedmf.program.train import run_training
 
     for run_dir, config, _ in todo:
-      run_dir.parent.mkdir(parents=True, exist_ok=True)
+      record_launch(run_dir)
       run_training(
         config, run_dir, progress=False, log=lambda line: print(f"  {line}", file=sys.stderr)
       )
@@ -216,7 +238,7 @@ def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, 
   while queue or running:
     while queue and len(running) < _job_slots(out, args.jobs):
       run_dir, config, overrides = queue.pop(0)
-      run_dir.parent.mkdir(parents=True, exist_ok=True)
+      record_launch(run_dir)
       log_path = out / "logs" / run_dir.parent.name / f"{run_dir.name}.log"
       log_path.parent.mkdir(parents=True, exist_ok=True)
       cmd = [
@@ -339,7 +361,7 @@ def main(argv=None) -> int:
       order = [(label, seed) for seed in seeds for label in settings]
     plan = [(label, settings[label], seed, arm) for label, seed in order for arm in arms]
     failures = train_all(args, out, base, plan)
-  results = collect(out, args.end_evaluations)
+  results = keep_vanished(read_results(out / "results.json"), collect(out, args.end_evaluations))
   write_results(results, out / "results.json")
   labels = sorted({r["label"] for r in results["runs"]})
   all_arms = list(dict.fromkeys([*arms, *(r["arm"] for r in results["runs"])]))

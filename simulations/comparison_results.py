@@ -2,7 +2,9 @@
 and the tables and plots made from it.
 
   collect(OUT, M)        every run under OUT/runs, finished or not: config, σ, the strategy's
-                         analytic MaxLoss and RmsLoss, accuracies and every round's metrics
+                         analytic MaxLoss and RmsLoss, accuracies, every round's metrics and the
+                         code that trained it
+  keep_vanished          with the runs of an earlier results.json whose directories are gone
   write_results          results.json, one run per line
   table, progress_table  markdown tables of one setting (finished runs over seeds; runs side by side)
   plot                   test accuracy and the moving-mean training loss per arm
@@ -21,7 +23,11 @@ import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
-RESULTS_FORMAT = 2
+# 3: each run names the code that trained it (`trained_by`), and a results.json keeps the runs of
+# the previous one whose directories are gone. 2: one `code` for the whole file.
+RESULTS_FORMAT = 3
+# Written by compare_mechanisms.py into a run's directory at every launch (see `trained_by`).
+CODE_FILE = "code.json"
 # Per-round columns kept in results.json (metrics.csv has a few more, derived from the config).
 ROUND_COLUMNS = ("loss", "clipped", "zeroed", "round_seconds")
 EVAL_COLUMNS = ("accuracy", "test_loss")
@@ -79,6 +85,7 @@ def analytic_losses(strategy_path: Path, n: int, b: int, k: int, cache: dict) ->
 def collect(out: Path, end_evaluations: int) -> dict[str, Any]:
   """results.json of every run under OUT/runs (finished or not: `rounds_completed` says)."""
   records, cache = [], {}
+  here = code_version()
   for run_dir in sorted((out / "runs").glob("*/*-seed*")):
     if not (run_dir / "metrics.csv").is_file():
       continue
@@ -93,7 +100,6 @@ def collect(out: Path, end_evaluations: int) -> dict[str, Any]:
       run_dir / "strategy.json", schema["n"], schema["min_sep"], schema["max_participations"], cache
     )
     arm, seed = run_dir.name.rsplit("-seed", 1)
-    accuracies = [a for a in metrics["evaluations"]["accuracy"] if a is not None]
     finished = len(metrics["round"]) == config["rounds"] and bool(summary)
     strategy_text = (run_dir / "strategy.json").read_text()
     records.append(
@@ -109,13 +115,7 @@ def collect(out: Path, end_evaluations: int) -> dict[str, Any]:
         **losses,
         "rounds_completed": len(metrics["round"]),
         "finished": finished,
-        "final_accuracy": accuracies[-1] if finished and accuracies else None,
-        "end_accuracy": (
-          statistics.fmean(accuracies[-end_evaluations:])
-          if finished and len(accuracies) >= end_evaluations
-          else None
-        ),
-        "best_accuracy": max(accuracies) if accuracies else None,
+        **_accuracies(metrics, finished, end_evaluations),
         "initial_accuracy": summary.get("initial_test_accuracy"),
         "seconds": summary.get("seconds"),
         "config": config,
@@ -123,14 +123,77 @@ def collect(out: Path, end_evaluations: int) -> dict[str, Any]:
           json.loads(strategy_text) if len(strategy_text) <= _STRATEGY_EMBED_BYTES else None
         ),
         "metrics": metrics,
+        # Launched before code.json existed: the collecting checkout is the best one can say.
+        "trained_by": trained_by(run_dir) or [here],
       }
     )
   return {
     "format": RESULTS_FORMAT,
-    "code": code_version(),
+    "code": here,  # the code that collected; each run's own is its `trained_by`
     "end_evaluations": end_evaluations,
     "runs": records,
   }
+
+
+def _accuracies(metrics: dict[str, Any], finished: bool, end_evaluations: int) -> dict[str, Any]:
+  """Final (last evaluation), end (the papers' mean over the last M evaluations, BLT Table 4) and
+  best test accuracy of a run's metrics; final and end only once the run has finished."""
+  accuracies = [a for a in metrics["evaluations"]["accuracy"] if a is not None]
+  return {
+    "final_accuracy": accuracies[-1] if finished and accuracies else None,
+    "end_accuracy": (
+      statistics.fmean(accuracies[-end_evaluations:])
+      if finished and len(accuracies) >= end_evaluations
+      else None
+    ),
+    "best_accuracy": max(accuracies) if accuracies else None,
+  }
+
+
+def trained_by(run_dir: Path) -> list[dict[str, Any]]:
+  """The code versions that trained RUN_DIR, in launch order (more than one if it was resumed by
+  other code), from its code.json; [] if it has none."""
+  try:
+    return json.loads((run_dir / CODE_FILE).read_text())["trained_by"]
+  except FileNotFoundError:
+    return []
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise SystemExit(f"comparison_results: {run_dir / CODE_FILE} is unreadable ({e})") from None
+
+
+def keep_vanished(previous: Optional[dict[str, Any]], current: dict[str, Any]) -> dict[str, Any]:
+  """CURRENT (a `collect`) with every run of PREVIOUS (the results.json it replaces) that has no
+  directory any more: run directories live on one machine, and a comparison spans several (a run
+  directory, where present, always wins). Kept runs of a format-2 file are `trained_by` its one
+  `code`; their end accuracy is recomputed for CURRENT's number of end evaluations."""
+  if not previous:
+    return current
+  if not isinstance(previous.get("runs"), list):
+    raise SystemExit("comparison_results: the previous results.json has no list of runs")
+  present = {(r["label"], r["arm"], r["seed"]) for r in current["runs"]}
+  legacy = [previous["code"]] if previous.get("format") == 2 and previous.get("code") else []
+  kept = []
+  for record in previous["runs"]:
+    if (record["label"], record["arm"], record["seed"]) in present:
+      continue
+    record = {
+      **record,
+      **_accuracies(record["metrics"], record["finished"], current["end_evaluations"]),
+    }
+    record.setdefault("trained_by", legacy)
+    kept.append(record)
+  runs = sorted(current["runs"] + kept, key=lambda r: (r["label"], r["arm"], r["seed"]))
+  return {**current, "runs": runs}
+
+
+def read_results(path: Path) -> Optional[dict[str, Any]]:
+  """A results.json, or None if there is none; a malformed one is refused in one line."""
+  try:
+    return json.loads(path.read_text())
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"comparison_results: {path} is not a results.json ({e})") from None
 
 
 def code_version() -> dict[str, Any]:

@@ -60,6 +60,9 @@ def test_the_committed_results_hold_every_round_of_every_run():
   results = json.loads(RESULTS.read_text())
   assert results["code"]["commit"] and results["code"]["dirty"] is False
   for record in results["runs"]:
+    assert record["trained_by"] and all(
+      len(code["commit"]) == 40 and code["dirty"] is False for code in record["trained_by"]
+    )
     metrics = record["metrics"]
     assert metrics["round"] == list(range(record["rounds_completed"]))
     assert len(metrics["loss"]) == len(metrics["clipped"]) == record["rounds_completed"]
@@ -122,3 +125,54 @@ def test_the_plot_draws_accuracy_and_loss_for_each_arm(tmp_path):
   path = tmp_path / "accuracy-x.png"
   _results_module().plot({"runs": [run, short]}, "x", ["dpsgd", "tree"], path)
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _evals_run(label, arm, seed, accuracies, finished=True):
+  return {
+    "label": label,
+    "arm": arm,
+    "seed": seed,
+    "finished": finished,
+    "end_accuracy": -1.0,  # as if computed for another number of end evaluations
+    "metrics": {"evaluations": {"round": list(range(len(accuracies))), "accuracy": accuracies}},
+  }
+
+
+def test_a_new_collect_keeps_the_runs_whose_directories_are_gone():
+  results = _results_module()
+  old_code = {"commit": "a" * 40, "dirty": False}
+  previous = {
+    "format": 2,
+    "code": old_code,
+    "runs": [
+      _evals_run("x", "tree", 0, [0.1, 0.2, 0.4]),  # its directory is gone: kept
+      _evals_run("x", "dpsgd", 1, [0.1], finished=False),  # gone too, unfinished
+      _evals_run("x", "dpsgd", 0, [0.0]),  # collected again below: the directory wins
+    ],
+  }
+  new_code = {"commit": "b" * 40, "dirty": False}
+  fresh = {**_evals_run("x", "dpsgd", 0, [0.3, 0.5]), "trained_by": [new_code]}
+  current = {"format": 3, "code": new_code, "end_evaluations": 2, "runs": [fresh]}
+  merged = results.keep_vanished(previous, current)
+  assert [(r["arm"], r["seed"]) for r in merged["runs"]] == [
+    ("dpsgd", 0),
+    ("dpsgd", 1),
+    ("tree", 0),
+  ]
+  assert merged["runs"][0] is fresh and merged["code"] == new_code
+  tree, unfinished = merged["runs"][2], merged["runs"][1]
+  assert tree["trained_by"] == [old_code] and tree["end_accuracy"] == pytest.approx(0.3)
+  assert tree["final_accuracy"] == 0.4 and tree["best_accuracy"] == 0.4
+  assert unfinished["end_accuracy"] is None and unfinished["final_accuracy"] is None
+  assert results.keep_vanished(None, current) is current
+
+
+def test_a_malformed_earlier_results_file_is_refused_in_one_line(tmp_path):
+  results = _results_module()
+  path = tmp_path / "results.json"
+  assert results.read_results(path) is None
+  path.write_text('{"runs": [')
+  with pytest.raises(SystemExit, match="is not a results.json"):
+    results.read_results(path)
+  with pytest.raises(SystemExit, match="no list of runs"):
+    results.keep_vanished({"runs": 3}, {"runs": [], "end_evaluations": 4})

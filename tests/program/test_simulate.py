@@ -305,6 +305,10 @@ def test_compare_mechanisms_runs_each_arm_at_the_same_epsilon_and_resumes(
     and len(first["code"]["commit"] or "x" * 40) == 40
   )
   runs = first["runs"]
+  # Each run names the checkout that trained it, from the code.json its launch wrote.
+  for r in runs:
+    code_file = out / "runs" / "tiny" / f"{r['arm']}-seed0" / "code.json"
+    assert json.loads(code_file.read_text())["trained_by"] == r["trained_by"] == [first["code"]]
   assert [(r["label"], r["arm"], r["seed"]) for r in runs] == [
     ("tiny", "blt-k1-2", 0),
     ("tiny", "dpsgd", 0),
