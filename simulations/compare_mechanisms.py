@@ -16,7 +16,8 @@ last checkpoint and keeps the finished ones. OUT holds:
                           round's metrics (see `comparison_results.collect`); the runs of the
                           previous results.json whose directories are gone (another machine)
                           are kept
-  results.md              the table per LABEL: mean ± std over seeds
+  results.md              the tables per LABEL: mean ± std over seeds, and each arm's gap to
+                          BandMF paired by seed (end and second-half accuracy, last-100-round loss)
   accuracy-LABEL.png      test accuracy per evaluation, mean over seeds, one line per arm
 
   python simulations/compare_mechanisms.py --out OUT [--label LABEL] [--seeds 0,1,2]
@@ -57,6 +58,7 @@ from comparison_results import CODE_FILE
 from comparison_results import code_version
 from comparison_results import collect
 from comparison_results import keep_vanished
+from comparison_results import paired_table
 from comparison_results import plot
 from comparison_results import progress_table
 from comparison_results import read_results
@@ -368,6 +370,8 @@ def main(argv=None) -> int:
   lines = []
   for label in labels:
     lines += table(results, label, all_arms)
+    rounds = max(r["config"]["rounds"] for r in results["runs"] if r["label"] == label)
+    lines += paired_table(results, label, all_arms, late_from=rounds // 2 + 1)
     if not all(r["finished"] for r in results["runs"] if r["label"] == label):
       lines += [f"Unfinished runs of {label}, where all of them have data:", ""]
       lines += progress_table(results, label, all_arms)

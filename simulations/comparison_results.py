@@ -7,6 +7,7 @@ and the tables and plots made from it.
   keep_vanished          with the runs of an earlier results.json whose directories are gone
   write_results          results.json, one run per line
   table, progress_table  markdown tables of one setting (finished runs over seeds; runs side by side)
+  paired_table           finished runs over seeds, each arm's gap to a reference arm paired by seed
   plot                   test accuracy and the moving-mean training loss per arm
 
 Kept apart from the script that runs the trainings: one reads run directories, the other makes them.
@@ -272,6 +273,60 @@ def table(results: dict[str, Any], label: str, arms: list[str]) -> list[str]:
       f"{r0['max_loss']:.2f} | {r0['rms_loss']:.2f} | {end[0]:.4f} ± {end[1]:.4f} | "
       f"{final[0]:.4f} ± {final[1]:.4f} | {len(done)}{progress} | "
       f"{max(audited) if audited else math.nan:.4g} |"
+    )
+  return lines + [""]
+
+
+def paired_table(
+  results: dict[str, Any],
+  label: str,
+  arms: list[str],
+  reference: str = "bandmf",
+  late_from: int = 1000,
+  loss_window: int = 100,
+) -> list[str]:
+  """Finished runs of LABEL over seeds, each arm beside REFERENCE: per arm, mean ± std over the
+  seeds both finished of the end accuracy, the mean accuracy of the evaluations from round
+  LATE_FROM on (1-based), the mean training loss of the last LOSS_WINDOW rounds, and each one's
+  paired gap (the arm minus REFERENCE in the same seed: the runs of a seed share data, cohorts and
+  noise seed, so the gap is free of the seed-to-seed spread the columns themselves carry)."""
+  runs = {
+    (r["arm"], r["seed"]): r for r in results["runs"] if r["label"] == label and r["finished"]
+  }
+  seeds = sorted(s for a, s in runs if a == reference)
+  if not seeds:
+    return []
+
+  def measures(r: dict[str, Any]) -> tuple[float, float, float]:
+    evals = r["metrics"]["evaluations"]
+    late = [a for k, a in zip(evals["round"], evals["accuracy"]) if k + 1 >= late_from]
+    losses = [x for x in r["metrics"]["loss"][-loss_window:] if x is not None]
+    return (
+      r["end_accuracy"],
+      statistics.fmean(late) if late else math.nan,
+      statistics.fmean(losses) if losses else math.nan,
+    )
+
+  def cell(values: list[float], digits: int = 4, sign: str = "") -> str:
+    mean, std = _mean_std(values)
+    return f"{mean:{sign}.{digits}f} ± {std:.{digits}f}"
+
+  n = runs[(reference, seeds[0])]["rounds_completed"]
+  lines = [
+    f"| arm | seeds | end acc. | vs {reference} | mean acc. r{late_from}–{n} | vs {reference} | "
+    f"train loss, last {loss_window} rounds | vs {reference} | RmsLoss |",
+    "|---|---|---|---|---|---|---|---|---|",
+  ]
+  for arm in [a for a in arms if any((a, s) in runs for s in seeds)]:
+    paired = [s for s in seeds if (arm, s) in runs]
+    own = [measures(runs[(arm, s)]) for s in paired]
+    ref = [measures(runs[(reference, s)]) for s in paired]
+    gaps = [[o[i] - r[i] for o, r in zip(own, ref)] for i in range(3)]
+    columns = []
+    for i in range(3):
+      columns += [cell([o[i] for o in own]), "—" if arm == reference else cell(gaps[i], sign="+")]
+    lines.append(
+      f"| {arm} | {len(paired)} | {' | '.join(columns)} | {runs[(arm, paired[0])]['rms_loss']:.2f} |"
     )
   return lines + [""]
 

@@ -176,3 +176,34 @@ def test_a_malformed_earlier_results_file_is_refused_in_one_line(tmp_path):
     results.read_results(path)
   with pytest.raises(SystemExit, match="no list of runs"):
     results.keep_vanished({"runs": 3}, {"runs": [], "end_evaluations": 4})
+
+
+def _finished_run(arm, seed, end, late_accuracy, loss):
+  run = _run(arm, 6, [1, 3, 5], loss)
+  run.update(seed=seed, finished=True, end_accuracy=end)
+  run["metrics"]["evaluations"]["accuracy"] = [0.0, late_accuracy, late_accuracy]
+  return run
+
+
+def test_the_paired_table_gives_each_arms_gap_to_the_reference_seed_by_seed():
+  runs = [
+    _finished_run("bandmf", 0, 0.20, 0.10, 3.0),
+    _finished_run("bandmf", 1, 0.30, 0.20, 2.0),
+    _finished_run("dpsgd", 0, 0.18, 0.07, 3.5),
+    _finished_run("dpsgd", 1, 0.26, 0.15, 2.7),
+    _finished_run("dpsgd", 2, 0.99, 0.99, 9.9),  # no BandMF of seed 2 to pair with: left out
+    {**_finished_run("tree", 0, 0.5, 0.5, 1.0), "finished": False},  # unfinished: left out
+  ]
+  lines = _results_module().paired_table(
+    {"runs": runs}, "x", ["bandmf", "dpsgd", "tree"], late_from=4, loss_window=2
+  )
+  header, _, bandmf, dpsgd = lines[:4]
+  assert lines[4:] == [""]
+  assert "mean acc. r4–6" in header and "last 2 rounds" in header
+  cells = [c.strip() for c in dpsgd.strip("|").split("|")]
+  # Evaluations at rounds 4 and 6 (0-based 3 and 5) are the late ones; the gaps are paired.
+  assert cells[:2] == ["dpsgd", "2"]
+  assert cells[2] == "0.2200 ± 0.0566" and cells[3] == "-0.0300 ± 0.0141"
+  assert cells[4] == "0.1100 ± 0.0566" and cells[5] == "-0.0400 ± 0.0141"
+  assert cells[6] == "3.1000 ± 0.5657" and cells[7] == "+0.6000 ± 0.1414"
+  assert [c.strip() for c in bandmf.strip("|").split("|")][3] == "—"
