@@ -57,7 +57,7 @@ def _tracking(run_dir: Path) -> dict[str, float] | None:
 
 
 def _runs(path: Path, label: str | None) -> list[dict]:
-  """The finished runs of one compare_mechanisms.py OUT (results.json, format 2), of one label."""
+  """The finished runs of one compare_mechanisms.py OUT (results.json, format 2 or 3), of one label."""
   results_path = path / "results.json"
   if not results_path.is_file():
     raise SystemExit(
