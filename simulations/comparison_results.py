@@ -175,12 +175,17 @@ def keep_vanished(previous: Optional[dict[str, Any]], current: dict[str, Any]) -
   legacy = [previous["code"]] if previous.get("format") == 2 and previous.get("code") else []
   kept = []
   for record in previous["runs"]:
-    if (record["label"], record["arm"], record["seed"]) in present:
-      continue
-    record = {
-      **record,
-      **_accuracies(record["metrics"], record["finished"], current["end_evaluations"]),
-    }
+    try:
+      if (record["label"], record["arm"], record["seed"]) in present:
+        continue
+      record = {
+        **record,
+        **_accuracies(record["metrics"], record["finished"], current["end_evaluations"]),
+      }
+    except (KeyError, TypeError) as e:
+      raise SystemExit(
+        f"comparison_results: a run of the previous results.json lacks {e}"
+      ) from None
     record.setdefault("trained_by", legacy)
     kept.append(record)
   runs = sorted(current["runs"] + kept, key=lambda r: (r["label"], r["arm"], r["seed"]))

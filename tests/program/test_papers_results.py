@@ -176,6 +176,10 @@ def test_a_malformed_earlier_results_file_is_refused_in_one_line(tmp_path):
     results.read_results(path)
   with pytest.raises(SystemExit, match="no list of runs"):
     results.keep_vanished({"runs": 3}, {"runs": [], "end_evaluations": 4})
+  with pytest.raises(SystemExit, match="lacks 'metrics'"):
+    results.keep_vanished(
+      {"runs": [{"label": "x", "arm": "tree", "seed": 0}]}, {"runs": [], "end_evaluations": 4}
+    )
 
 
 def _finished_run(arm, seed, end, late_accuracy, loss):
