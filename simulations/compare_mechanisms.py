@@ -5,7 +5,8 @@ Trains each arm (a mechanism, or a variant of one) at the same target ε on the 
 participation model, each with its noise calibrated for its own sensitivity under the declared
 schema, for several seeds. Every run is a resumable `fedmf train` run (fedmf.program.train): an
 interrupted comparison started again with the same arguments resumes each unfinished run from its
-last checkpoint and keeps the finished ones. OUT holds:
+last checkpoint and keeps the finished ones, also those recorded finished in OUT/results.json whose
+directories are gone (trained on another machine: copy results.json into OUT). OUT holds:
 
   runs/LABEL/ARM-seedS/   every run's ROOT (config.json, metrics.csv, strategy.json, audit, ...),
                           and code.json: the commit of each checkout that trained it
@@ -170,6 +171,41 @@ def _finished(run_dir: Path, config_dict: dict) -> bool:
   )
 
 
+def _recorded_finished(results) -> dict[tuple[str, str, int], dict[str, Any]]:
+  """The finished runs of OUT's results.json by (label, arm, seed): on another machine their
+  directories are gone, and training them again would cost hours for the same record."""
+  if not results or not isinstance(results.get("runs"), list):
+    return {}
+  return {
+    (r.get("label"), r.get("arm"), r.get("seed")): r
+    for r in results["runs"]
+    if isinstance(r, dict) and r.get("finished") is True
+  }
+
+
+def _comparable(config_dict: dict) -> dict:
+  """A run's flat config as JSON, without its run id, and with a strategy file named by its file
+  name: a strategy written into OUT (blt-kK-D) has another path on another machine."""
+  config = json.loads(json.dumps(config_dict))
+  config.pop("run_id", None)
+  if isinstance(config.get("strategy"), str):
+    config["strategy"] = Path(config["strategy"]).name
+  return config
+
+
+def _check_recorded_config(record: dict[str, Any], config_dict: dict, run_dir: Path) -> None:
+  """Refuses a results.json record of `run_dir`'s run whose config is not this run's."""
+  stored = record.get("config")
+  stored = _comparable(stored) if isinstance(stored, dict) else {}
+  wanted = _comparable(config_dict)
+  differing = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+  if differing:
+    raise SystemExit(
+      f"compare_mechanisms.py: results.json records {run_dir.parent.name}/{run_dir.name} with "
+      f"another config ({', '.join(differing[:5])}); use another --out"
+    )
+
+
 def _locked_elsewhere(run_dir: Path) -> bool:
   """True if another `fedmf train` process holds the run's ROOT lock (it is running there)."""
   import fcntl  # pylint: disable=g-import-not-at-top
@@ -212,6 +248,7 @@ def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, 
   returns the failures."""
   from fedmf.program.config import load_config
 
+  recorded = _recorded_finished(read_results(out / "results.json"))
   todo = []
   for label, extra, seed, arm in plan:
     overrides = run_overrides(args, arm, seed, out, base, extra)
@@ -219,6 +256,11 @@ def train_all(args, out: Path, base: str, plan: list[tuple[str, list[str], int, 
     run_dir = out / "runs" / label / f"{arm}-seed{seed}"
     if _finished(run_dir, config.to_dict()):
       print(f"  finished: {run_dir}", file=sys.stderr)
+      continue
+    record = recorded.get((label, arm, seed))
+    if record is not None and not (run_dir / "config.json").exists():
+      _check_recorded_config(record, config.to_dict(), run_dir)
+      print(f"  finished (in results.json, trained elsewhere): {run_dir}", file=sys.stderr)
       continue
     if _locked_elsewhere(run_dir):  # e.g. started by an earlier invocation that was stopped
       print(f"  running in another process, not waited for: {run_dir}", file=sys.stderr)

@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -339,6 +340,19 @@ def test_compare_mechanisms_runs_each_arm_at_the_same_epsilon_and_resumes(
   assert compare.main(args) == 0  # Finished runs are kept, not rerun.
   assert capsys.readouterr().err.count("finished:") == 2
   assert json.loads((out / "results.json").read_text()) == first
+  # On another machine the run directories are gone and results.json is copied in: its finished
+  # runs are not trained again, and the collect keeps their records.
+  shutil.rmtree(out / "runs")
+  assert compare.main(args) == 0
+  err = capsys.readouterr().err
+  assert err.count("finished (in results.json, trained elsewhere):") == 2
+  assert not (out / "runs" / "tiny").exists()
+  assert json.loads((out / "results.json").read_text())["runs"] == first["runs"]
+  # A record of another config is refused in one line, not trained over.
+  with pytest.raises(
+    SystemExit, match=r"records tiny/dpsgd-seed0 with another config \(target_epsilon\)"
+  ):
+    compare.main([*args, "--arms", "dpsgd", "--epsilon", "5"])
 
 
 def test_the_report_curve_shows_the_consoles_epsilon(tmp_path, capsys, cache_dir):
