@@ -54,7 +54,10 @@ def _cell(value) -> str:
   if value is None:
     return ""
   if isinstance(value, float):
-    return "inf" if math.isinf(value) else ("" if math.isnan(value) else f"{value:.6g}")
+    # 9 significant digits: a float32 metric (loss, accuracy) reads back exactly, so a run's
+    # record (compare_mechanisms' results.json) holds what the run computed, and a replay of it
+    # can be compared at float32 precision. (6 digits lost the last three.)
+    return "inf" if math.isinf(value) else ("" if math.isnan(value) else f"{value:.9g}")
   return str(value)
 
 

@@ -44,3 +44,13 @@ def test_metrics_csv_has_one_reader(tmp_path, monkeypatch):
   (tmp_path / "metrics.csv").write_text("no,rounds,column\n1,2,3\n")
   monkeypatch.undo()
   assert run_dir.metrics_rows(tmp_path) is None and run_dir.read_metrics(tmp_path) is None
+
+
+def test_metrics_rows_keep_a_float32_metric_exactly():
+  from fedmf.program import outputs
+
+  rng = np.random.default_rng(0)
+  values = rng.uniform(0, 10, size=1000).astype(np.float32)
+  for value in values:
+    row = outputs.metrics_row({"round": 3, "loss": float(value)}, ("round", "loss"))
+    assert np.float32(float(row.strip().split(",")[1])) == value

@@ -368,7 +368,7 @@ def test_the_report_curve_shows_the_consoles_epsilon(tmp_path, capsys, cache_dir
     for row in csv.DictReader(f):
       if row["epsilon"]:
         point = curve[int(row["round"]) + 1]
-        assert float(point["epsilon"]) == pytest.approx(float(row["epsilon"]), rel=1e-5)  # 6 digits
+        assert float(point["epsilon"]) == pytest.approx(float(row["epsilon"]), rel=1e-8)  # 9 digits
         assert point["sensitivity_method"] != "upper-bound"
         compared += 1
   assert compared >= 5
