@@ -157,6 +157,17 @@ def vec_sens(v: np.ndarray, min_sep: int, max_participations: Optional[int] = No
   return float(_vec_sens_rows(v[None, :], b, k)[0])
 
 
+def vec_sens_rows(
+  v: np.ndarray, min_sep: int, max_participations: Optional[int] = None
+) -> np.ndarray:
+  """`vec_sens` of every row of the 2-D `v` at once (rows of length n, k capped at ⌈n/b⌉)."""
+  v = np.asarray(v, dtype=np.float64)
+  if v.ndim != 2:
+    raise ValueError(f'v must be 2-D, got shape {v.shape}')
+  b = _check_min_sep(min_sep)
+  return _vec_sens_rows(v, b, effective_max_participations(v.shape[1], b, max_participations))
+
+
 def _matrix_and_schema(
   C: np.ndarray, min_sep: int, max_participations: Optional[int]
 ) -> tuple[np.ndarray, int, int]:

@@ -259,6 +259,14 @@ class Strategy(abc.ABC):
       cache[key] = self._compute_sensitivity(schema, method)
     return cache[key]
 
+  def prefix_sensitivities(
+    self, min_seps: np.ndarray, max_participations: np.ndarray
+  ) -> Optional[list[Optional[Sensitivity]]]:
+    """`sensitivity` (method 'auto') after r rounds at each prefix's own (b_r, k_r), r = 1..n (None
+    where k_r = 0), in one pass where the mechanism has one (TreeAgg); None where it has not, and
+    the caller evaluates round by round (the audit's per-round ε curve, `fedmf.privacy.curve`)."""
+    return None
+
   def checked_sensitivity(self, schema: ParticipationSchema, method: str = "auto") -> Sensitivity:
     """`sensitivity`, first refusing a horizon the strategy lacks and, unless it is cached, work
     beyond the resource limits (`fedmf.mf.resources`: --max-memory, --max-seconds)."""

@@ -29,6 +29,7 @@ from fedmf.mf import checks
 from fedmf.mf import resources
 from fedmf.mf import streaming
 from fedmf.mf import strategy as strategy_lib
+from fedmf.mf import tree_sensitivity
 
 VARIANTS = ('vanilla', 'online-honaker', 'full-honaker')
 STREAMING_VARIANTS = ('vanilla', 'online-honaker')
@@ -435,6 +436,12 @@ class Tree(strategy_lib.Strategy):
     else:
       b_mat = workload @ per_round_decoder(n, self.variant)
     return np.sum(b_mat * b_mat, axis=1)
+
+  def prefix_sensitivities(self, min_seps, max_participations):
+    # The Gram of the first r rounds' tree grows by blocks: every prefix in one pass
+    # (`fedmf.mf.tree_sensitivity`), not a dense O(r³) Gram per r.
+    self.check_horizon(len(min_seps))
+    return tree_sensitivity.prefix_sensitivities(min_seps, max_participations)
 
   def check_streamable(self) -> None:
     if self.variant not in STREAMING_VARIANTS:

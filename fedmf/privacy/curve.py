@@ -92,6 +92,10 @@ def epsilon_curve(
   n is always evaluated at its own (b_n, k_n). Within ``time_budget`` and ``max_evaluations``,
   further rounds spread evenly inside the groups are evaluated at their own (b_r, k_r). ε uses the
   exact analytic Gaussian curve, vectorized over r.
+
+  A strategy that computes every prefix in one pass (`Strategy.prefix_sensitivities`: TreeAgg,
+  whose per-r Gram bound costs O(r³) alone) is evaluated at every round's own (b_r, k_r) instead,
+  whatever ``max_evaluations`` and ``time_budget`` (method 'auto').
   """
   import time  # pylint: disable=g-import-not-at-top
   from fedmf.mf.strategies import load_strategy  # pylint: disable=g-import-not-at-top
@@ -117,6 +121,9 @@ def epsilon_curve(
     )
     first = np.concatenate([[0], last[:-1] + 1])
     runs = [(runs[f][0], runs[l][1]) for f, l in zip(first, last)]
+  one_pass = _one_pass(strategy, b, k, method)
+  if one_pass is not None:
+    return _curve(b, k, *one_pass, sigma, delta, count_noise_multiplier)
   # The strategy caches each (r, b, k)'s sensitivity: the audit's headline claim at r = n is
   # computed once for both.
   evaluated: dict[int, Any] = {}  # 0-based index p (r = p + 1) -> Sensitivity.
@@ -165,6 +172,29 @@ def epsilon_curve(
       else:
         sens[p] = nxt.value
         methods[p] = "upper-bound" if nxt.method == "exact" else nxt.method
+  return _curve(b, k, sens, methods, sigma, delta, count_noise_multiplier)
+
+
+def _one_pass(strategy: Any, b: np.ndarray, k: np.ndarray, method: str):
+  """(sensitivities, methods) at every round's own (b_r, k_r) where the strategy computes every
+  prefix in one pass (`Strategy.prefix_sensitivities`: TreeAgg), else None. The last round is the
+  strategy's own (cached) value, so that the curve ends exactly at the audit's realized claim."""
+  if method != "auto" or np.any((k > 1) & (b < 0)):
+    return None
+  values = strategy.prefix_sensitivities(b, k)
+  if values is None:
+    return None
+  n = b.shape[0]
+  if k[n - 1] > 0:
+    values[n - 1] = strategy.checked_sensitivity(
+      ParticipationSchema(n, None if k[n - 1] <= 1 else int(b[n - 1]), int(k[n - 1])), method
+    )
+  sens = np.array([0.0 if v is None else v.value for v in values])
+  return sens, ["exact" if v is None else v.method for v in values]
+
+
+def _curve(b, k, sens, methods, sigma, delta, count_noise_multiplier) -> EpsilonCurve:
+  """The curve from each round's sensitivity: ρ and ε by the analytic Gaussian curve, vectorized."""
   mu = sens / sigma
   rho = np.asarray(rho_zcdp(sens, sigma))
   if count_noise_multiplier is not None:
@@ -173,7 +203,7 @@ def epsilon_curve(
     rho = mu * mu / 2.0
   eps = np.asarray(gaussian_epsilon(mu, delta), dtype=np.float64)
   return EpsilonCurve(
-    rounds=np.arange(1, n + 1),
+    rounds=np.arange(1, b.shape[0] + 1),
     min_sep=b,
     max_participations=k,
     sensitivity=sens,
