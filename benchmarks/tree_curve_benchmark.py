@@ -24,32 +24,27 @@ import numpy as np
 
 from fedmf.mf import tree
 from fedmf.privacy import curve as curve_lib
+from fedmf.program.meter import PrivacyMeter
 
 
 def realized_schemas(min_sep: int, epochs: int, cohort: int, seed: int, reshuffle: bool = False):
-  """(b_r, k_r) of the first r rounds, r = 1..n, under fixed-epoch participation."""
+  """(b_r, k_r) of the first r rounds, r = 1..n, under fixed-epoch participation, as a run's
+  privacy meter (`fedmf.program.meter.PrivacyMeter`) counts them."""
   rng = np.random.default_rng(seed)
   population = min_sep * cohort
   n = min_sep * epochs
-  last = np.full(population, -1)
-  count = np.zeros(population, dtype=np.int64)
+  meter = PrivacyMeter(tree.Tree(), 1.0, 1e-6, population)
   b = np.full(n, -1, dtype=np.int64)
   k = np.zeros(n, dtype=np.int64)
-  gap = None
   order = rng.permutation(population).reshape(min_sep, cohort)
   for epoch in range(epochs):
     if reshuffle and epoch:
       order = rng.permutation(population).reshape(min_sep, cohort)
     for i, clients in enumerate(order):
       r = epoch * min_sep + i
-      back = clients[last[clients] >= 0]
-      if back.size:
-        g = int((r - last[back]).min())
-        gap = g if gap is None else min(gap, g)
-      last[clients] = r
-      count[clients] += 1
-      k[r] = count.max()
-      b[r] = gap if gap is not None else -1
+      meter.record(r, clients)
+      k[r] = meter.max_participations
+      b[r] = -1 if meter.min_gap is None else meter.min_gap
   return b, k
 
 

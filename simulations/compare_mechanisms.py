@@ -155,8 +155,7 @@ def _finished(run_dir: Path, config_dict: dict) -> bool:
     stored = json.loads((run_dir / "config.json").read_text())
   except (OSError, ValueError):
     return False
-  stored.pop("run_id", None)
-  if stored != json.loads(json.dumps(config_dict)):
+  if _as_stored(stored) != _as_stored(config_dict):
     raise SystemExit(
       f"compare_mechanisms.py: {run_dir} holds a run of another config; use another --out"
     )
@@ -183,11 +182,17 @@ def _recorded_finished(results) -> dict[tuple[str, str, int], dict[str, Any]]:
   }
 
 
-def _comparable(config_dict: dict) -> dict:
-  """A run's flat config as JSON, without its run id, and with a strategy file named by its file
-  name: a strategy written into OUT (blt-kK-D) has another path on another machine."""
+def _as_stored(config_dict: dict) -> dict:
+  """A run's flat config as config.json holds it (JSON types), without its run id."""
   config = json.loads(json.dumps(config_dict))
   config.pop("run_id", None)
+  return config
+
+
+def _comparable(config_dict: dict) -> dict:
+  """`_as_stored`, with a strategy file named by its file name: a strategy written into OUT
+  (blt-kK-D) has another path on another machine."""
+  config = _as_stored(config_dict)
   if isinstance(config.get("strategy"), str):
     config["strategy"] = Path(config["strategy"]).name
   return config

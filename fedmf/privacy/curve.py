@@ -110,6 +110,9 @@ def epsilon_curve(
     raise ValueError("min_seps and max_participations must be non-empty and of equal length")
   strategy.check_horizon(n)
   b = np.where(b <= 0, -1, b)
+  one_pass = _one_pass(strategy, b, k, method)
+  if one_pass is not None:
+    return _curve(b, k, *one_pass, sigma, delta, count_noise_multiplier)
   change = np.flatnonzero((b[1:] != b[:-1]) | (k[1:] != k[:-1])) + 1
   starts = np.concatenate([[0], change]).astype(np.int64)
   ends = np.concatenate([change, [n]]).astype(np.int64)  # Exclusive.
@@ -121,17 +124,12 @@ def epsilon_curve(
     )
     first = np.concatenate([[0], last[:-1] + 1])
     runs = [(runs[f][0], runs[l][1]) for f, l in zip(first, last)]
-  one_pass = _one_pass(strategy, b, k, method)
-  if one_pass is not None:
-    return _curve(b, k, *one_pass, sigma, delta, count_noise_multiplier)
   # The strategy caches each (r, b, k)'s sensitivity: the audit's headline claim at r = n is
   # computed once for both.
   evaluated: dict[int, Any] = {}  # 0-based index p (r = p + 1) -> Sensitivity.
 
   def evaluate(p: int) -> None:
-    kk = int(k[p])
-    ms = None if (kk <= 1 or b[p] < 0) else int(b[p])
-    evaluated[p] = strategy.checked_sensitivity(ParticipationSchema(p + 1, ms, kk), method)
+    evaluated[p] = strategy.checked_sensitivity(_prefix_schema(b, k, p), method)
 
   t0 = time.perf_counter()
   for _, e in runs:
@@ -175,6 +173,12 @@ def epsilon_curve(
   return _curve(b, k, sens, methods, sigma, delta, count_noise_multiplier)
 
 
+def _prefix_schema(b: np.ndarray, k: np.ndarray, p: int) -> ParticipationSchema:
+  """The realized schema of the first r = p + 1 rounds (no min-separation before anyone returns)."""
+  kk = int(k[p])
+  return ParticipationSchema(p + 1, None if (kk <= 1 or b[p] < 0) else int(b[p]), kk)
+
+
 def _one_pass(strategy: Any, b: np.ndarray, k: np.ndarray, method: str):
   """(sensitivities, methods) at every round's own (b_r, k_r) where the strategy computes every
   prefix in one pass (`Strategy.prefix_sensitivities`: TreeAgg), else None. The last round is the
@@ -184,11 +188,8 @@ def _one_pass(strategy: Any, b: np.ndarray, k: np.ndarray, method: str):
   values = strategy.prefix_sensitivities(b, k)
   if values is None:
     return None
-  n = b.shape[0]
-  if k[n - 1] > 0:
-    values[n - 1] = strategy.checked_sensitivity(
-      ParticipationSchema(n, None if k[n - 1] <= 1 else int(b[n - 1]), int(k[n - 1])), method
-    )
+  if k[-1] > 0:
+    values[-1] = strategy.checked_sensitivity(_prefix_schema(b, k, b.shape[0] - 1), method)
   sens = np.array([0.0 if v is None else v.value for v in values])
   return sens, ["exact" if v is None else v.method for v in values]
 
